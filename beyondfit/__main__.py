@@ -1,0 +1,75 @@
+"""The command line: ``python -m beyondfit +task=NAME [key=value ...]`` (also ``beyondfit``).
+
+Hydra composes the config; :func:`beyondfit.run.run` does the rest. Mistakes a user can
+make come out as one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from beyondfit.errors import BeyondfitError
+from beyondfit.run import CONF_DIR, available, no_task_message, run
+
+# Flags with which Hydra prints something instead of running a job.
+_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
+
+
+def fail(message: str) -> None:
+    """Print one line and exit with status 2."""
+    print(f"beyondfit: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_choices(args: list[str]) -> None:
+    """Catch an unknown or missing task/optimizer before Hydra starts (and makes a run dir)."""
+    if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
+        return
+    picked_task = False
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            continue
+        group = key.lstrip("+~")
+        if group in ("task", "experiment"):
+            picked_task = True
+        if group not in ("task", "optimizer", "experiment"):
+            continue
+        options = available(group)
+        for choice in value.split(","):  # a multirun sweep lists several
+            choice = choice.strip()
+            if choice and choice not in options:
+                fail(
+                    f"unknown {group} {choice!r}; available: {', '.join(options)} "
+                    f"(pick one with {'+' if group != 'optimizer' else ''}{group}=NAME)"
+                )
+    if not picked_task:
+        fail(no_task_message())
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def _app(cfg: DictConfig) -> None:
+    try:
+        run(cfg, HydraConfig.get().runtime.output_dir)
+    except BeyondfitError as exc:
+        fail(str(exc))
+
+
+def main() -> None:
+    """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
+    check_choices(sys.argv[1:])
+    try:
+        _app()
+    except SystemExit as exc:
+        # Hydra reports its own config errors (bad override, unknown key) with status 1.
+        if exc.code == 1:
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()

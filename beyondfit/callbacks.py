@@ -1,0 +1,90 @@
+"""Hooks around the loop: the engine calls them, they never reach into the step.
+
+A callback overrides any of the ``on_*`` methods. Per-step hooks are called only on
+callbacks that define them, so an unused hook costs nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from beyondfit.errors import BeyondfitError
+
+if TYPE_CHECKING:
+    from beyondfit.engine import Engine
+
+
+class Callback:
+    """Base class: every hook is a no-op. ``logs`` are plain floats, already synchronised."""
+
+    def on_fit_start(self, engine: Engine) -> None:
+        """Training is about to start (or resume)."""
+
+    def on_epoch_start(self, engine: Engine) -> None:
+        """A pass over the training data begins."""
+
+    def on_step_end(self, engine: Engine) -> None:
+        """An optimizer step was applied (``engine.global_step`` already counts it)."""
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Every ``log_every`` optimizer steps: running means of the current epoch."""
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """An evaluation finished; ``logs`` keys start with ``val_``."""
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A pass over the training data ended; ``logs`` is this epoch's history row."""
+
+    def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
+        """Training ended (finished, stopped by a rule, or reached ``max_steps``)."""
+
+
+def overrides(callback: Callback, hook: str) -> bool:
+    """True when ``callback`` defines ``hook`` itself rather than inheriting the no-op."""
+    return getattr(type(callback), hook, None) is not getattr(Callback, hook)
+
+
+_COMPARISONS = {
+    ">=": operator.ge,
+    "<=": operator.le,
+    ">": operator.gt,
+    "<": operator.lt,
+    "==": operator.eq,
+}
+_RULE = re.compile(r"^\s*([A-Za-z_][\w/.-]*)\s*(>=|<=|==|>|<)\s*([-+0-9.eE]+|inf|-inf)\s*$")
+
+
+class StopRule(Callback):
+    """Stop training once a logged metric satisfies a comparison, e.g. ``"val_loss<=0.1"``.
+
+    The rule is checked after every evaluation and at every epoch end; the step that
+    satisfied it is the last one. ``engine.stopped_by`` records the rule and the value.
+    """
+
+    def __init__(self, rule: str) -> None:
+        match = _RULE.match(str(rule))
+        if not match:
+            raise BeyondfitError(
+                f"stop rule {rule!r} is not of the form METRIC OP NUMBER with OP one of "
+                ">=, <=, >, <, == (e.g. train.stop='val_loss<=0.1')"
+            )
+        self.metric, self.op, value = match.groups()
+        self.value = float(value)
+        self.rule = f"{self.metric}{self.op}{value}"
+
+    def _check(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        value = logs.get(self.metric)
+        if value is not None and _COMPARISONS[self.op](value, self.value):
+            engine.should_stop = True
+            engine.stopped_by = f"{self.rule} ({self.metric}={value:.4g})"
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Check the rule against the evaluation's ``val_`` logs."""
+        self._check(engine, logs)
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Check the rule against the epoch's logs (train and validation)."""
+        self._check(engine, logs)

@@ -1,0 +1,131 @@
+"""Writing checkpoints atomically and reading them safely."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from beyondfit.errors import BeyondfitError
+
+
+def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
+    """``torch.save`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    A process killed at any moment leaves either the old file or the new one, never half
+    of one: the rename is atomic on POSIX file systems.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename itself must reach the disk too, or a power cut can undo it.
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``; every failure is a clear BeyondfitError.
+
+    Arbitrary pickled objects are refused, never executed: a checkpoint is data.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BeyondfitError(f"checkpoint {str(path)!r} does not exist; check the path")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise BeyondfitError(
+            f"checkpoint {str(path)!r} was refused: it holds objects other than tensors and "
+            f"plain data, which are never unpickled ({first[:160]}); "
+            "only load checkpoints written by beyondfit"
+        ) from None
+    except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
+        raise BeyondfitError(
+            f"checkpoint {str(path)!r} is truncated or corrupt ({type(exc).__name__}); "
+            "resume from an earlier checkpoint"
+        ) from None
+    if not isinstance(state, dict) or "model" not in state:
+        raise BeyondfitError(
+            f"checkpoint {str(path)!r} is not a beyondfit checkpoint (no 'model' entry)"
+        )
+    return state
+
+
+def rng_state() -> dict[str, Any]:
+    """The state of every random generator a run draws from, as checkpoint-safe data."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` captured."""
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    np_state = state["numpy"]
+    np.random.set_state(
+        (
+            np_state["kind"],
+            np_state["keys"].numpy().astype(np.uint32),
+            np_state["pos"],
+            np_state["has_gauss"],
+            np_state["cached"],
+        )
+    )
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def mismatched_keys(model_state: dict[str, Any], saved: dict[str, Any]) -> list[str]:
+    """Describe how a saved model state differs from the model's: missing, extra, reshaped."""
+    problems = [f"missing {k}" for k in model_state if k not in saved]
+    problems += [f"unexpected {k}" for k in saved if k not in model_state]
+    for key, value in saved.items():
+        mine = model_state.get(key)
+        if isinstance(mine, torch.Tensor) and isinstance(value, torch.Tensor):
+            if mine.shape != value.shape:
+                problems.append(f"{key} {tuple(value.shape)} vs model {tuple(mine.shape)}")
+    return problems

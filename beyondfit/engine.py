@@ -1,0 +1,590 @@
+"""The one step engine: every kind of learning goes through :class:`Engine`.
+
+A *step* here is one optimizer update. With ``accumulate=k`` it takes ``k`` micro-batches,
+each one call of the loss closure; ``global_step``, ``max_steps``, ``log_every``,
+``eval_every`` and schedulers all count optimizer steps, never micro-batches.
+
+Order inside a step (nanoGPT's, Fabric's): closure under autocast -> loss / k ->
+(scaled) backward -> only at the accumulation boundary: unscale -> clip (the pre-clip norm
+is logged as ``grad_norm``) -> optimizer step -> scaler update -> scheduler step ->
+``zero_grad(set_to_none=True)``. Nothing here knows whether the task is supervised,
+self-supervised or reinforcement learning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from beyondfit.callbacks import Callback, overrides
+from beyondfit.checkpoint import atomic_save, mismatched_keys, rng_state, safe_load, set_rng_state
+from beyondfit.device import move_to_device, resolve_device
+from beyondfit.errors import BeyondfitError
+from beyondfit.metrics import MetricTracker, is_metric_object
+
+log = logging.getLogger(__name__)
+
+LossFn = Callable[[nn.Module, Any], Any]
+OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+
+_PRECISIONS = {
+    "32": None, "fp32": None, "32-true": None, "float32": None,
+    "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "16": torch.float16, "fp16": torch.float16, "16-mixed": torch.float16, "float16": torch.float16,
+}  # fmt: skip
+_NONFINITE = ("raise", "skip", "ignore")
+
+
+class Engine:
+    """Train any model from a loss closure ``loss_fn(model, batch)``.
+
+    Args:
+        model: the module to train; moved to ``device`` here.
+        loss_fn: returns a scalar loss Tensor, or a Mapping with key ``"loss"`` whose other
+            entries (scalar tensors or numbers, or metric objects such as torchmetrics')
+            are tracked as per-epoch values under their own names.
+        optimizer: an Optimizer, or a callable ``params -> Optimizer`` that is given the
+            trainable parameters (``requires_grad=True``) only.
+        scheduler: an LR scheduler, or a callable ``optimizer -> scheduler``; stepped once
+            per optimizer step.
+        clip_norm: clip the global gradient norm to this value (pre-clip norm logged as
+            ``grad_norm``).
+        clip_value: clamp every gradient element to ``[-clip_value, clip_value]`` (applied
+            after norm clipping when both are set).
+        accumulate: micro-batches per optimizer step.
+        device: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda[:i]"``, ``"mps"``.
+        precision: ``"32"``, ``"bf16"`` (autocast) or ``"16"`` (fp16 autocast + GradScaler).
+        compile: ``torch.compile`` the model the closure sees; falls back to eager with a
+            warning when the backend cannot compile.
+        callbacks: :class:`~beyondfit.callbacks.Callback` instances.
+        on_nonfinite: ``"raise"`` stops at a NaN/inf loss naming the step and term;
+            ``"skip"`` drops that micro-batch and counts it as ``skipped_steps``, stopping
+            after ``max_skips`` in a row; ``"ignore"`` does not check (no per-step sync).
+        log_every: optimizer steps between ``on_log`` callbacks (the only host syncs).
+        track_grad_norm: log ``grad_norm`` even without ``clip_norm``.
+
+    Example:
+        >>> engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-3))
+        >>> history = engine.fit(train_loader, epochs=3, val_data=val_loader)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        loss_fn: LossFn,
+        optimizer: OptimizerLike,
+        *,
+        scheduler: Any = None,
+        clip_norm: float | None = None,
+        clip_value: float | None = None,
+        accumulate: int = 1,
+        device: str | torch.device = "auto",
+        precision: str | int = "32",
+        compile: bool = False,
+        callbacks: Iterable[Callback] = (),
+        on_nonfinite: str = "raise",
+        max_skips: int = 10,
+        log_every: int = 50,
+        track_grad_norm: bool = False,
+    ) -> None:
+        if not isinstance(model, nn.Module):
+            raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not callable(loss_fn):
+            raise BeyondfitError("loss_fn must be a callable loss_fn(model, batch)")
+        _check_positive("clip_norm", clip_norm, allow_none=True)
+        _check_positive("clip_value", clip_value, allow_none=True)
+        _check_positive_int("accumulate", accumulate)
+        _check_positive_int("log_every", log_every)
+        _check_positive_int("max_skips", max_skips)
+        if on_nonfinite not in _NONFINITE:
+            raise BeyondfitError(f"on_nonfinite={on_nonfinite!r}; use one of {', '.join(_NONFINITE)}")
+        key = str(precision).lower()
+        if key not in _PRECISIONS:
+            raise BeyondfitError(f"precision={precision!r}; use 32, bf16 or 16")
+
+        self.device = resolve_device(device)
+        self.model = model.to(self.device)
+        self.loss_fn = loss_fn
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        if not self.params:
+            raise BeyondfitError(
+                "every parameter of the model has requires_grad=False: nothing to train; "
+                "unfreeze at least one parameter"
+            )
+        self.optimizer = _build_optimizer(optimizer, self.params)
+        self.scheduler = _build_scheduler(scheduler, self.optimizer)
+        self.clip_norm = clip_norm
+        self.clip_value = clip_value
+        self.accumulate = int(accumulate)
+        self.on_nonfinite = on_nonfinite
+        self.max_skips = int(max_skips)
+        self.log_every = int(log_every)
+        self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
+        self.precision = key
+        self.amp_dtype = _PRECISIONS[key]
+        self.scaler = (
+            torch.amp.GradScaler(self.device.type) if self.amp_dtype is torch.float16 else None
+        )
+        self.callbacks: list[Callback] = list(callbacks)
+
+        # The module the closure is given: the model itself, or a compiled/DDP wrapper.
+        self.forward_model: nn.Module = self.model
+        self._compile_pending = bool(compile)
+        if compile:
+            self.forward_model = torch.compile(self.model)
+
+        # Non-blocking copies only make sense host -> CUDA (and need pinned memory to overlap).
+        self._non_blocking = self.device.type == "cuda"
+        self.train_metrics = MetricTracker()
+        self.val_metrics = MetricTracker()
+
+        # Counters (all saved in checkpoints).
+        self.global_step = 0  # optimizer steps applied
+        self.epoch = 0  # completed passes over the training data
+        self.batch_in_epoch = 0  # micro-batches consumed in the current epoch
+        self.skipped_steps = 0  # micro-batches dropped for non-finite values
+        self._micro = 0  # micro-batches in the current accumulation window
+        self._window_applied = 0  # of those, how many contributed gradients
+        self._consecutive_skips = 0
+        self.should_stop = False
+        self.stopped_by: str | None = None
+        self.history: list[dict[str, float]] = []
+        self.last_val: dict[str, float] = {}
+        self.train_data: Any = None
+        self._pending_data_state: Any = None
+
+    # ------------------------------------------------------------------ the step
+    def step(self, batch: Any) -> None:
+        """One micro-batch: closure, backward, and the optimizer step at the boundary.
+
+        Never waits for the device except for the non-finite check (one scalar; set
+        ``on_nonfinite="ignore"`` to remove it).
+        """
+        if not self.model.training:
+            self.model.train()
+        batch = move_to_device(batch, self.device, self._non_blocking)
+        with self._autocast():
+            out = self._call_closure(batch)
+        loss, logs = _unpack(out, training=True)
+        self._micro += 1
+        # .item() is the one per-step sync (cheapest scalar check there is); "ignore" skips it.
+        if self.on_nonfinite != "ignore" and not math.isfinite(loss.item()):
+            self._nonfinite(loss, logs)
+        else:
+            self._consecutive_skips = 0
+            self._window_applied += 1
+            if self.accumulate > 1:
+                loss = loss / self.accumulate
+            with self._sync_context():
+                if self.scaler is not None:
+                    self.scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+            self.train_metrics.update(logs)
+        if self._micro >= self.accumulate:
+            self._optimizer_step()
+
+    def _call_closure(self, batch: Any) -> Any:
+        if not self._compile_pending:
+            return self.loss_fn(self.forward_model, batch)
+        self._compile_pending = False
+        try:
+            return self.loss_fn(self.forward_model, batch)
+        except BeyondfitError:
+            raise
+        except Exception as exc:  # the backend (e.g. no C compiler for inductor) failed
+            log.warning(
+                "torch.compile failed (%s: %s); continuing without compilation",
+                type(exc).__name__,
+                str(exc).splitlines()[0][:200] if str(exc) else "",
+            )
+            self.forward_model = self.model
+            return self.loss_fn(self.forward_model, batch)
+
+    def _optimizer_step(self) -> None:
+        applied = self._window_applied
+        self._micro = 0
+        self._window_applied = 0
+        if applied == 0:  # every micro-batch of the window was skipped: nothing to apply
+            self.optimizer.zero_grad(set_to_none=True)
+            return
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # clip real gradients, not scaled ones
+        if self.track_grad_norm:
+            max_norm = self.clip_norm if self.clip_norm is not None else math.inf
+            norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+            self.train_metrics.update({"grad_norm": norm})
+        if self.clip_value is not None:
+            torch.nn.utils.clip_grad_value_(self.params, self.clip_value)
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skips the update on overflow
+            self.scaler.update()
+        else:
+            self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+
+    def _nonfinite(self, loss: torch.Tensor, logs: Mapping[str, Any]) -> None:
+        bad = [
+            name
+            for name, value in logs.items()
+            if isinstance(value, torch.Tensor) and not bool(torch.isfinite(value).all())
+        ] or ["loss"]
+        where = f"optimizer step {self.global_step + 1} (epoch {self.epoch + 1}, batch {self.batch_in_epoch + 1})"
+        if self.on_nonfinite == "raise":
+            raise BeyondfitError(
+                f"non-finite {', '.join(bad)} at {where}; lower the learning rate, clip "
+                "gradients, check the data, or set engine.on_nonfinite=skip"
+            )
+        self.skipped_steps += 1
+        self._consecutive_skips += 1
+        self.train_metrics.update({"skipped_steps": 1.0})
+        log.warning("skipped a micro-batch with non-finite %s at %s", ", ".join(bad), where)
+        if self._consecutive_skips >= self.max_skips:
+            raise BeyondfitError(
+                f"non-finite {', '.join(bad)} in {self._consecutive_skips} consecutive "
+                f"micro-batches, the last at {where}; the run is diverging: lower the "
+                "learning rate or check the data"
+            )
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def _sync_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Gradient sync for wrapped (DDP) models: only at the accumulation boundary."""
+        no_sync = getattr(self.forward_model, "no_sync", None)
+        if no_sync is not None and self._micro < self.accumulate:
+            return no_sync()
+        return contextlib.nullcontext()
+
+    # ------------------------------------------------------------------ the loop
+    def fit(
+        self,
+        train_data: Iterable[Any],
+        *,
+        epochs: int = 1,
+        max_steps: int | None = None,
+        val_data: Any = None,
+        eval_every: int | None = None,
+    ) -> list[dict[str, float]]:
+        """Train over ``train_data`` for ``epochs`` passes and/or ``max_steps`` optimizer steps.
+
+        Args:
+            train_data: any iterable of batches (DataLoader, list, generator, collector).
+                If it has ``state_dict``/``load_state_dict`` its position is checkpointed.
+            epochs: passes over ``train_data`` (counting epochs already done on resume).
+            max_steps: stop after this many optimizer steps in total.
+            val_data: an iterable of batches scored by the closure, or a callable
+                ``evaluator(model) -> Mapping[str, float]``; logged with the ``val_`` prefix.
+            eval_every: optimizer steps between evaluations; ``None`` evaluates at each
+                epoch end.
+
+        Returns:
+            The history: one dict of floats per epoch (train means, ``val_`` values,
+            ``epoch`` and ``step``).
+        """
+        _check_positive_int("epochs", epochs)
+        _check_positive_int("max_steps", max_steps, allow_none=True)
+        _check_positive_int("eval_every", eval_every, allow_none=True)
+        if not isinstance(train_data, Iterable):
+            raise BeyondfitError(
+                f"train_data must be an iterable of batches, got {type(train_data).__name__}"
+            )
+        self.train_data = train_data
+        if self._pending_data_state is not None and hasattr(train_data, "load_state_dict"):
+            train_data.load_state_dict(self._pending_data_state)
+        self._pending_data_state = None
+        self.should_stop = False
+        self.stopped_by = None
+        step_hooks = [cb for cb in self.callbacks if overrides(cb, "on_step_end")]
+        self._emit("on_fit_start")
+        if max_steps is not None and self.global_step >= max_steps:
+            self.should_stop = True
+        while self.epoch < epochs and not self.should_stop:
+            resuming = self.batch_in_epoch > 0
+            if not resuming:
+                self.train_metrics.reset()
+            self._emit("on_epoch_start")
+            batches: Iterable[Any] = train_data
+            if resuming and not hasattr(train_data, "load_state_dict"):
+                # A plain iterable cannot seek: skip what the interrupted epoch consumed.
+                batches = itertools.islice(train_data, self.batch_in_epoch, None)
+            evaluated_at = -1
+            for batch in batches:
+                before = self.global_step
+                self.step(batch)
+                self.batch_in_epoch += 1
+                if self.global_step == before:
+                    continue
+                if self.global_step % self.log_every == 0:
+                    self._emit("on_log", self.train_metrics.compute())
+                if val_data is not None and eval_every and self.global_step % eval_every == 0:
+                    self._run_eval(val_data)
+                    evaluated_at = self.global_step
+                if max_steps is not None and self.global_step >= max_steps:
+                    self.should_stop = True
+                # Last, so a checkpoint written here includes this step's log rows.
+                for callback in step_hooks:
+                    callback.on_step_end(self)
+                if self.should_stop:
+                    break
+            else:
+                if self._micro:  # a partial accumulation window at the end of the data
+                    self._optimizer_step()
+                    for callback in step_hooks:
+                        callback.on_step_end(self)
+            if self.batch_in_epoch == 0 and not resuming:
+                raise BeyondfitError(
+                    "train_data yielded no batches; check the data source and the batch size"
+                )
+            finished_epoch = not self.should_stop or self._epoch_exhausted()
+            logs = self.train_metrics.compute()
+            if val_data is not None and evaluated_at != self.global_step:
+                self._run_eval(val_data)  # every history row carries current val_ values
+            logs.update(self.last_val)
+            logs["epoch"] = float(self.epoch + 1)
+            logs["step"] = float(self.global_step)
+            if finished_epoch:
+                self.epoch += 1
+                self.batch_in_epoch = 0
+            self.history.append(logs)
+            self._emit("on_epoch_end", logs)
+        self._emit("on_fit_end", self.history)
+        return self.history
+
+    def _epoch_exhausted(self) -> bool:
+        # Stopped on the last batch of the data? Then the epoch did finish.
+        length = _safe_len(self.train_data)
+        return length is not None and self.batch_in_epoch >= length
+
+    def _run_eval(self, val_data: Any) -> None:
+        self.last_val = self.evaluate(val_data)
+        self._emit("on_eval_end", self.last_val)
+
+    def evaluate(self, data: Any) -> dict[str, float]:
+        """Score the model under ``model.eval()`` and ``torch.inference_mode()``.
+
+        ``data`` is an iterable of batches given to the same loss closure (no gradients,
+        no optimizer), or a callable ``evaluator(model) -> Mapping[str, float]``. Every key
+        of the result starts with ``val_``; metric objects are reset before and after.
+        """
+        was_training = self.model.training
+        self.model.eval()
+        self.val_metrics.objects.update(self.train_metrics.objects)
+        self.val_metrics.reset()
+        try:
+            with torch.inference_mode(), self._autocast():
+                if callable(data) and not isinstance(data, Iterable):
+                    raw = dict(data(self.model))
+                else:
+                    for batch in data:
+                        batch = move_to_device(batch, self.device, self._non_blocking)
+                        _, logs = _unpack(self.loss_fn(self.model, batch), training=False)
+                        self.val_metrics.update(logs)
+                    raw = self.val_metrics.compute()
+                    if not raw:
+                        raise BeyondfitError(
+                            "val_data yielded no batches; check the validation split"
+                        )
+        finally:
+            self.val_metrics.reset()
+            self.model.train(was_training)
+        return {(k if k.startswith("val_") else f"val_{k}"): float(v) for k, v in raw.items()}
+
+    def _emit(self, hook: str, *args: Any) -> None:
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimizer, counters, RNG, data."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": {
+                "global_step": self.global_step,
+                "epoch": self.epoch,
+                "batch_in_epoch": self.batch_in_epoch,
+                "skipped_steps": self.skipped_steps,
+            },
+            "metrics": self.train_metrics.state_dict(),
+            "history": [dict(row) for row in self.history],
+            "rng": rng_state(),
+        }
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        if self.scaler is not None:
+            state["scaler"] = self.scaler.state_dict()
+        data_state = getattr(self.train_data, "state_dict", None)
+        if callable(data_state):
+            state["data"] = data_state()
+        state["callbacks"] = {
+            _callback_key(cb): cb.state_dict()
+            for cb in self.callbacks
+            if callable(getattr(cb, "state_dict", None))
+        }
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
+        """Restore :meth:`state_dict`; a model mismatch is a clear error listing the keys."""
+        problems = mismatched_keys(self.model.state_dict(), state["model"])
+        if problems:
+            shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+            raise BeyondfitError(
+                f"{source} does not fit this model ({shown}); it was written for a different "
+                "task or model shape"
+            )
+        self.model.load_state_dict(state["model"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError) as exc:
+            raise BeyondfitError(
+                f"{source} holds optimizer state that does not fit this optimizer ({exc}); "
+                "resume with the same optimizer settings"
+            ) from None
+        if self.scheduler is not None and "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler is not None and "scaler" in state:
+            self.scaler.load_state_dict(state["scaler"])
+        counters = state["counters"]
+        self.global_step = int(counters["global_step"])
+        self.epoch = int(counters["epoch"])
+        self.batch_in_epoch = int(counters["batch_in_epoch"])
+        self.skipped_steps = int(counters.get("skipped_steps", 0))
+        self.train_metrics.load_state_dict(state["metrics"], self.device)
+        self.history = [dict(row) for row in state.get("history", [])]
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        saved_callbacks = state.get("callbacks", {})
+        for cb in self.callbacks:
+            key = _callback_key(cb)
+            if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
+                cb.load_state_dict(saved_callbacks[key])
+        self._pending_data_state = state.get("data")
+        if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
+            self.train_data.load_state_dict(self._pending_data_state)
+            self._pending_data_state = None
+        self._micro = 0
+        self._window_applied = 0
+
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically."""
+        state = self.state_dict()
+        if extra:
+            state.update(extra)
+        return atomic_save(state, path)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Load a checkpoint written by :meth:`save` (``weights_only=True``); returns it."""
+        state = safe_load(path)
+        self.load_state_dict(state, source=f"checkpoint {str(path)!r}")
+        return state
+
+
+# ---------------------------------------------------------------------- helpers
+def _unpack(out: Any, training: bool) -> tuple[torch.Tensor, Mapping[str, Any]]:
+    """Validate a closure's return value; give back the loss and the entries to track."""
+    if isinstance(out, torch.Tensor):
+        loss, logs = out, {"loss": out}
+    elif isinstance(out, Mapping):
+        if "loss" not in out:
+            raise BeyondfitError(
+                f"loss_fn returned a mapping without 'loss' (keys: {sorted(map(str, out))}); "
+                "return {'loss': scalar_tensor, ...}"
+            )
+        loss, logs = out["loss"], out
+        for name, value in out.items():
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise BeyondfitError(
+                        f"loss_fn returned {name!r} with shape {tuple(value.shape)}; every "
+                        "returned tensor must be a scalar (reduce it, e.g. .mean())"
+                    )
+            elif not isinstance(value, (int, float)) and not is_metric_object(value):
+                raise BeyondfitError(
+                    f"loss_fn returned {name!r} of type {type(value).__name__}; entries must "
+                    "be scalar tensors, numbers or metric objects"
+                )
+    else:
+        raise BeyondfitError(
+            f"loss_fn returned {type(out).__name__}; return a scalar tensor or a mapping "
+            "with a 'loss' entry"
+        )
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise BeyondfitError(
+            f"loss_fn returned a loss of shape {shape}; the loss must be a scalar tensor "
+            "(reduce it, e.g. .mean())"
+        )
+    if training and not loss.requires_grad:
+        raise BeyondfitError(
+            "the loss does not require grad: it does not depend on any trainable parameter "
+            "(all frozen, or computed under no_grad/detach); unfreeze parameters or fix loss_fn"
+        )
+    return (loss.reshape(()) if loss.dim() else loss), logs
+
+
+def _build_optimizer(optimizer: Any, params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if callable(optimizer):  # e.g. Hydra's _partial_ (not a functools.partial: don't type-check)
+        built = optimizer(params)
+        if isinstance(built, torch.optim.Optimizer):
+            return built
+        raise BeyondfitError(
+            f"the optimizer factory returned {type(built).__name__}, not a torch Optimizer"
+        )
+    raise BeyondfitError(
+        f"optimizer must be a torch Optimizer or a callable params -> Optimizer, "
+        f"got {type(optimizer).__name__}"
+    )
+
+
+def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> Any:
+    if scheduler is None:
+        return None
+    if hasattr(scheduler, "step") and hasattr(scheduler, "state_dict"):
+        return scheduler
+    if callable(scheduler):
+        return scheduler(optimizer)
+    raise BeyondfitError(
+        f"scheduler must be an LR scheduler or a callable optimizer -> scheduler, "
+        f"got {type(scheduler).__name__}"
+    )
+
+
+def _callback_key(callback: Callback) -> str:
+    return getattr(callback, "state_key", type(callback).__name__)
+
+
+def _safe_len(data: Any) -> int | None:
+    try:
+        return len(data)
+    except TypeError:
+        return None
+
+
+def _check_positive(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise BeyondfitError(f"{name}={value!r}; it must be a positive number")
+
+
+def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise BeyondfitError(f"{name}={value!r}; it must be a positive whole number")

@@ -1,0 +1,114 @@
+"""Where logged numbers go: a JSON-lines metrics file and Keras-style console lines."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from beyondfit.callbacks import Callback
+from beyondfit.metrics import finite_or_none
+
+if TYPE_CHECKING:
+    from beyondfit.engine import Engine
+
+log = logging.getLogger("beyondfit")
+
+
+class MetricsFile(Callback):
+    """Append one JSON object per event to ``path`` (``metrics.jsonl`` in a run directory).
+
+    Each row has ``kind`` (``train`` at log intervals, ``val`` after an evaluation,
+    ``epoch`` at epoch end), ``epoch``, ``step`` and the values (NaN/inf written as null).
+    Its state is the number of rows written, saved in checkpoints: a resumed run first
+    cuts the file back to that many rows, so rows are never duplicated or lost.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.rows = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self.rows = sum(1 for _ in self.path.open())
+
+    def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
+        epoch = int(logs["epoch"]) if kind == "epoch" else engine.epoch + 1
+        row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": engine.global_step}
+        for key, value in logs.items():
+            if key not in ("epoch", "step"):
+                row[key] = finite_or_none(float(value))
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        self.rows += 1
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A ``train`` row with the running means."""
+        self._write(engine, "train", logs)
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A ``val`` row with the evaluation."""
+        self._write(engine, "val", logs)
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """An ``epoch`` row: the history entry."""
+        self._write(engine, "epoch", logs)
+
+    def state_dict(self) -> dict[str, int]:
+        """Rows written so far."""
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Cut the file back to the rows that existed when the checkpoint was written."""
+        keep = int(state["rows"])
+        lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(lines[:keep]))
+        os.replace(tmp, self.path)
+        self.rows = min(keep, len(lines))
+
+
+def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
+    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits)."""
+    return " - ".join(f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip)
+
+
+class ConsoleLogger(Callback):
+    """Keras-style lines through ``logging``: one per epoch, one per mid-epoch evaluation.
+
+    ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Lines go to the
+    ``beyondfit`` logger, so Hydra's job log captures them too.
+    """
+
+    def __init__(self, epochs: int | None = None, every: int = 1) -> None:
+        self.epochs = epochs
+        self.every = max(1, int(every))
+        self._start = time.perf_counter()
+
+    def on_fit_start(self, engine: Engine) -> None:
+        """Start the clock."""
+        self._start = time.perf_counter()
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Print evaluations that happen inside an epoch (RL, long epochs)."""
+        if not self._at_epoch_end(engine):  # epoch-end evaluations go on the epoch line
+            log.info("step %d - %s - %.1fs", engine.global_step, format_logs(logs),
+                     time.perf_counter() - self._start)
+
+    def _at_epoch_end(self, engine: Engine) -> bool:
+        try:
+            return engine.batch_in_epoch >= len(engine.train_data)
+        except TypeError:  # no length (a generator, an RL collector): never at a known end
+            return False
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """One line per ``every`` epochs (and always the last)."""
+        epoch = int(logs.get("epoch", engine.epoch))
+        if epoch % self.every and epoch != self.epochs:
+            return
+        total = f"/{self.epochs}" if self.epochs else ""
+        log.info("epoch %d%s - %s - %.1fs", epoch, total, format_logs(logs),
+                 time.perf_counter() - self._start)

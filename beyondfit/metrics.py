@@ -1,0 +1,110 @@
+"""Per-epoch metric tracking that stays on the device until someone asks for a number."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from beyondfit.errors import BeyondfitError
+
+
+def is_metric_object(value: Any) -> bool:
+    """True for stateful metric objects (torchmetrics ``Metric`` and look-alikes).
+
+    They are duck-typed by ``update``/``compute``/``reset`` so that torchmetrics stays an
+    optional import and users can bring their own.
+    """
+    return all(callable(getattr(value, name, None)) for name in ("update", "compute", "reset"))
+
+
+class MetricTracker:
+    """Running means of the scalar entries a loss closure returns, plus metric objects.
+
+    ``update`` adds detached scalars into per-name sums that live on the device, so the
+    training step never waits for the host; ``compute`` turns them into Python floats
+    with a single synchronisation. Metric objects (e.g. ``torchmetrics.Accuracy``) are fed
+    by the closure itself; the tracker only computes and resets them.
+    """
+
+    def __init__(self) -> None:
+        self._sums: dict[str, torch.Tensor] = {}
+        self._counts: dict[str, int] = {}
+        self.objects: dict[str, Any] = {}
+
+    def update(self, logs: Mapping[str, Any]) -> None:
+        """Add one step's entries (already validated as scalars or metric objects)."""
+        sums, counts = self._sums, self._counts
+        for name, value in logs.items():
+            if isinstance(value, torch.Tensor):
+                total = sums.get(name)
+                if total is None:
+                    # float32 accumulator: bf16/fp16 sums lose precision over an epoch.
+                    sums[name] = value.detach().to(torch.float32, copy=True).reshape(())
+                    counts[name] = 1
+                else:
+                    total.add_(value.detach().reshape(()) if value.dim() else value.detach())
+                    counts[name] += 1
+            elif isinstance(value, (int, float)):
+                total = sums.get(name)
+                if total is None:
+                    sums[name] = torch.tensor(float(value))
+                    counts[name] = 1
+                else:
+                    total.add_(float(value))
+                    counts[name] += 1
+            else:
+                self.objects[name] = value
+
+    def compute(self) -> dict[str, float]:
+        """Means since the last reset, as floats (one host sync for all tensor entries).
+
+        Names with no updates and metric objects never updated are left out rather than
+        reported as NaN: an empty interval has no value.
+        """
+        logs: dict[str, float] = {}
+        if self._sums:
+            names = list(self._sums)
+            devices = {self._sums[n].device for n in names}
+            means = [self._sums[n] / self._counts[n] for n in names]
+            if len(devices) == 1:
+                values = torch.stack(means).tolist()
+            else:
+                values = [m.item() for m in means]
+            logs.update(zip(names, values))
+        for name, metric in self.objects.items():
+            if getattr(metric, "update_count", 1) == 0:
+                continue
+            value = metric.compute()
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise BeyondfitError(
+                        f"metric object {name!r} computed a tensor of shape {tuple(value.shape)}; "
+                        "return a metric whose compute() is a scalar (e.g. average='micro')"
+                    )
+                value = value.item()
+            logs[name] = float(value)
+        return logs
+
+    def reset(self) -> None:
+        """Forget every sum and reset every metric object seen so far."""
+        self._sums.clear()
+        self._counts.clear()
+        for metric in self.objects.values():
+            metric.reset()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Sums and counts (metric objects keep their own state), for exact resume."""
+        return {"sums": {k: v.cpu() for k, v in self._sums.items()}, "counts": dict(self._counts)}
+
+    def load_state_dict(self, state: Mapping[str, Any], device: torch.device) -> None:
+        """Restore what :meth:`state_dict` returned, placing sums on ``device``."""
+        self._sums = {k: v.to(device) for k, v in state["sums"].items()}
+        self._counts = dict(state["counts"])
+
+
+def finite_or_none(value: float) -> float | None:
+    """``value`` if it is a finite float, else ``None`` (for writers that must not emit NaN)."""
+    return value if math.isfinite(value) else None

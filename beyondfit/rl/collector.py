@@ -1,0 +1,240 @@
+"""The rollout collector: reinforcement learning as an iterable of batches for the one engine.
+
+Each rollout runs the current policy for ``num_steps`` steps in ``N`` vector environments under
+``torch.inference_mode``, then turns the ``(T, N)`` transitions into one flat batch with advantages and
+returns. For PPO it yields ``epochs x minibatches`` shuffled minibatches of the same rollout; for
+REINFORCE and A2C one batch. The engine takes an optimizer step per yielded batch and never knows it
+is doing RL. Iteration ends by itself once ``total_env_steps`` environment steps have been taken.
+
+Gymnasium 1.x next-step autoreset: when step ``t`` ends an episode (terminated or truncated), it returns
+the episode's *final* observation; step ``t + 1`` then ignores its action, resets, and returns the first
+observation of the next episode with reward 0. That ``t + 1`` transition belongs to no episode and is
+never learned from (``valid`` mask). The final observation is still useful: the value computed at
+``t + 1`` is exactly the bootstrap a truncated episode needs (see :mod:`beyondfit.rl.returns`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from beyondfit.errors import BeyondfitError
+from beyondfit.rl.envs import action_converter
+from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.returns import gae_advantages
+
+
+class RolloutBatch(NamedTuple):
+    """Flat transitions from one rollout (or a minibatch of it); every field has leading size ``B``.
+
+    Attributes:
+        obs: observations the actions were taken in, ``(B, *obs_shape)`` float32.
+        actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32 (unclipped).
+        logp: their log-probabilities under the policy that collected them (PPO's ratio denominator).
+        values: the critic's values at collection time.
+        advantages: GAE (``lambda=1``: return minus baseline, i.e. REINFORCE with a baseline).
+        returns: ``advantages + values``, the critic's regression target.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    logp: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+class RolloutCollector:
+    """Iterable of training batches collected by running ``policy`` in ``envs``.
+
+    Args:
+        envs: a Gymnasium vector env with next-step autoreset (see :func:`make_vector_env`).
+        policy: the model being trained; the collector reads its current parameters every step, on
+            whatever device the engine moved it to.
+        num_steps: steps per environment per rollout (``T``); a rollout has ``T * N`` transitions.
+        total_env_steps: iteration stops once this many env steps (summed over envs) were taken.
+        gamma: discount factor.
+        gae_lambda: GAE lambda; 1.0 gives Monte-Carlo returns minus the baseline.
+        epochs: passes over each rollout (PPO); 1 for on-policy one-shot algorithms.
+        minibatches: minibatches per pass; each pass reshuffles.
+        seed: seeds the environments and the collector's own sampling/shuffling generator.
+
+    Observability without host syncs on the hot path: ``env_steps`` is a plain int, and
+    :meth:`metrics` returns (and restarts) episode statistics since its last call.
+    """
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        policy: ActorCritic,
+        *,
+        num_steps: int,
+        total_env_steps: int,
+        gamma: float = 0.99,
+        gae_lambda: float = 0.95,
+        epochs: int = 1,
+        minibatches: int = 1,
+        seed: int = 0,
+    ) -> None:
+        for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
+                            ("epochs", epochs), ("minibatches", minibatches)):
+            if not isinstance(value, int) or value <= 0:
+                raise BeyondfitError(
+                    f"task.{name}={value!r} must be a positive integer, e.g. task.{name}=32"
+                )
+        for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
+            if not 0.0 <= value <= 1.0:
+                raise BeyondfitError(f"task.{name}={value!r} must lie in [0, 1], e.g. task.{name}=0.99")
+        if minibatches > num_steps * envs.num_envs:
+            raise BeyondfitError(
+                f"task.minibatches={minibatches} exceeds the rollout size "
+                f"{num_steps} steps x {envs.num_envs} envs; lower it or raise task.rollout_steps"
+            )
+        self.envs, self.policy = envs, policy
+        self.num_steps, self.total_env_steps = num_steps, total_env_steps
+        self.gamma, self.gae_lambda = gamma, gae_lambda
+        self.epochs, self.minibatches, self.seed = epochs, minibatches, seed
+        self._to_env = action_converter(envs.single_action_space)
+        self.env_steps = 0
+        self.rollouts = 0
+        self._generator: torch.Generator | None = None
+        self._generator_state: torch.Tensor | None = None
+        self._next_obs: np.ndarray | None = None  # None: the envs need a (seeded) reset
+        self._prev_done = np.zeros(envs.num_envs, dtype=bool)
+        self._ep_return = np.zeros(envs.num_envs, dtype=np.float64)
+        self._ep_length = np.zeros(envs.num_envs, dtype=np.int64)
+        self._finished = [0, 0.0, 0]  # episodes, sum of returns, sum of lengths since metrics()
+
+    @property
+    def env_steps_per_rollout(self) -> int:
+        """Environment steps one rollout takes (``num_steps * num_envs``)."""
+        return self.num_steps * self.envs.num_envs
+
+    @property
+    def batches_per_rollout(self) -> int:
+        """Batches (= optimizer steps) the collector yields per rollout."""
+        return self.epochs * self.minibatches
+
+    # ----------------------------------------------------------------------------- iteration
+    def __iter__(self) -> Iterator[RolloutBatch]:
+        """Yield batches until ``total_env_steps``; a later call continues where this one stopped."""
+        device = next(self.policy.parameters()).device
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device).manual_seed(self.seed)
+            if self._generator_state is not None:
+                self._generator.set_state(self._generator_state)
+        if self._next_obs is None:
+            # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
+            # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
+            self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
+            self._prev_done[:] = False
+            self._ep_return[:] = 0
+            self._ep_length[:] = 0
+        while self.env_steps < self.total_env_steps:
+            batch = self._collect(device)
+            for _ in range(self.epochs):
+                if self.minibatches == 1:
+                    yield batch
+                    continue
+                # Always exactly `minibatches` batches per epoch (sizes differ by at most one),
+                # so optimizer steps per rollout stay fixed whatever the number of valid steps.
+                perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
+                for idx in perm.tensor_split(self.minibatches):
+                    yield RolloutBatch(*(field[idx] for field in batch))
+
+    def _collect(self, device: torch.device) -> RolloutBatch:
+        """Run one rollout and return its valid transitions with advantages and returns."""
+        T, N = self.num_steps, self.envs.num_envs
+        policy, envs, to_env, gen = self.policy, self.envs, self._to_env, self._generator
+        rewards = np.zeros((T, N), dtype=np.float32)
+        terminated = np.zeros((T, N), dtype=bool)
+        truncated = np.zeros((T, N), dtype=bool)
+        valid = np.zeros((T, N), dtype=bool)
+        obs_steps, action_steps = [], []
+        next_obs, prev_done = self._next_obs, self._prev_done
+        ep_return, ep_length, finished = self._ep_return, self._ep_length, self._finished
+        with torch.inference_mode():
+            for t in range(T):
+                # A copy: an env may legally reuse its observation buffer on the next step.
+                obs = torch.tensor(next_obs, dtype=torch.float32, device=device)
+                action = policy.act(obs, generator=gen)
+                obs_steps.append(obs)
+                action_steps.append(action)
+                next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                rewards[t], terminated[t], truncated[t] = reward, term, trunc
+                # The step after an episode's end is a reset: no episode's, never learned from.
+                valid[t] = step_valid = ~prev_done
+                prev_done = term | trunc
+                ep_return += reward  # a reset step's reward is 0
+                ep_length += step_valid
+                if prev_done.any():
+                    finished[0] += int(prev_done.sum())
+                    finished[1] += float(ep_return[prev_done].sum())
+                    finished[2] += int(ep_length[prev_done].sum())
+                    ep_return[prev_done] = 0.0
+                    ep_length[prev_done] = 0
+            obs_steps.append(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+            # The policy did not change during the rollout: values and log-probs of every step
+            # come from one batched forward instead of T small ones.
+            obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
+            actions = torch.stack(action_steps)  # (T, N, *action_shape)
+            values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
+            logp, _ = policy.log_prob_entropy(obs_all[:T].flatten(0, 1), actions.flatten(0, 1))
+        self._next_obs, self._prev_done = next_obs, prev_done
+        self.env_steps += T * N
+        self.rollouts += 1
+
+        advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
+                                    self.gae_lambda).to(device)
+        # Indexing outside inference mode makes ordinary tensors that autograd may save.
+        keep = torch.from_numpy(valid.reshape(-1)).to(device)
+        flat_values = values[:T].reshape(-1)[keep]
+        flat_adv = advantages.reshape(-1)[keep]
+        return RolloutBatch(
+            obs=obs_all[:T].flatten(0, 1)[keep],
+            actions=actions.flatten(0, 1)[keep],
+            logp=logp[keep],
+            values=flat_values,
+            advantages=flat_adv,
+            returns=flat_adv + flat_values,
+        )
+
+    # ----------------------------------------------------------------------------- observability
+    def metrics(self) -> dict[str, float]:
+        """Statistics since the previous call, then restart them; cheap (no device sync).
+
+        Always ``env_steps`` (total so far); ``episode_return`` and ``episode_length`` (means over the
+        episodes that finished since the last call) only when at least one did: an empty interval
+        has no mean, and reporting NaN for it would poison plots and stop rules.
+        """
+        episodes, return_sum, length_sum = self._finished
+        out = {"env_steps": float(self.env_steps)}
+        if episodes:
+            out["episode_return"] = return_sum / episodes
+            out["episode_length"] = length_sum / episodes
+        self._finished[:] = [0, 0.0, 0]
+        return out
+
+    # ----------------------------------------------------------------------------- checkpointing
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and the sampling generator; environment internals are not serializable."""
+        state: dict[str, Any] = {"env_steps": self.env_steps, "rollouts": self.rollouts}
+        if self._generator is not None:
+            state["generator"] = self._generator.get_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore counters and generator; the envs restart episodes on the next iteration."""
+        self.env_steps = int(state["env_steps"])
+        self.rollouts = int(state["rollouts"])
+        self._generator_state = state.get("generator")
+        self._generator = None
+        self._next_obs = None
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.envs.close()

@@ -1,0 +1,68 @@
+"""Vector environments: creation with clear errors, and turning policy actions into env actions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from beyondfit.errors import BeyondfitError
+from beyondfit.rl.policies import check_spaces
+
+
+def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
+    """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying what is wrong.
+
+    Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps all
+    copies), else ``SyncVectorEnv``: for small classic-control envs, subprocesses cost more than they save.
+    The envs are not reset here; the caller seeds them on its first reset.
+    """
+    if not isinstance(num_envs, int) or num_envs <= 0:
+        raise BeyondfitError(f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8")
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as e:
+        raise BeyondfitError(
+            f"unknown Gymnasium env id task.env={env_id!r} ({e}); pick a registered id such as "
+            "CartPole-v1, Acrobot-v1 or Pendulum-v1 (list them with gymnasium.pprint_registry())"
+        ) from None
+    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
+    if mode == "sync":
+        envs = gym.make_vec(
+            env_id, num_envs, vectorization_mode=mode,
+            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+        )
+    else:
+        envs = gym.make_vec(env_id, num_envs, vectorization_mode=mode)
+    autoreset = envs.metadata.get("autoreset_mode")
+    if autoreset != AutoresetMode.NEXT_STEP:
+        envs.close()
+        raise BeyondfitError(
+            f"env {env_id!r} vectorizes with autoreset mode {autoreset}, but the collector relies on "
+            "Gymnasium's default next-step autoreset; register the env without a custom vector entry point"
+        )
+    try:
+        check_spaces(envs.single_observation_space, envs.single_action_space, env_id)
+    except BeyondfitError:
+        envs.close()
+        raise
+    return envs
+
+
+def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:
+    """Return a fast function mapping a batch of policy actions to what ``envs.step`` accepts.
+
+    Gaussian samples are clipped to the ``Box`` bounds for the env only; the learner keeps the
+    unclipped sample, whose log-probability is the one the policy actually assigned.
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        start = int(space.start)
+        if start == 0:
+            return lambda a: a.cpu().numpy()
+        return lambda a: a.cpu().numpy() + start
+    assert isinstance(space, gym.spaces.Box)
+    low, high, dtype = space.low, space.high, space.dtype
+    return lambda a: np.clip(a.cpu().numpy(), low, high).astype(dtype, copy=False)

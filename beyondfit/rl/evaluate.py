@@ -1,0 +1,72 @@
+"""Greedy evaluation episodes on environments kept apart from training."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from beyondfit.rl.envs import action_converter, make_vector_env
+from beyondfit.rl.policies import ActorCritic
+
+
+class GreedyEvaluator:
+    """``evaluator(model) -> {"val_return": ..., "val_length": ...}``: mean over greedy episodes.
+
+    Runs ``episodes`` episodes at once, one per copy of a vector env that training never touches,
+    each taking the policy's most likely action. The envs are seeded once; later evaluations continue
+    their random stream, so each one sees fresh start states.
+
+    Args:
+        env_id: Gymnasium env id.
+        episodes: episodes per evaluation.
+        seed: seed of the evaluation envs (keep it apart from the training seed).
+        progress: optional zero-argument callable (e.g. the collector's env-step count) recorded
+            with each result in :attr:`history`.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        episodes: int = 20,
+        seed: int = 0,
+        progress: Callable[[], int] | None = None,
+    ) -> None:
+        self.envs = make_vector_env(env_id, episodes)
+        self.episodes, self.seed, self.progress = episodes, seed, progress
+        self._to_env = action_converter(self.envs.single_action_space)
+        self._seeded = False
+        self.seconds = 0.0  # time spent evaluating, so benchmarks can leave it out
+        self.history: list[dict[str, float]] = []
+
+    def __call__(self, model: ActorCritic) -> dict[str, float]:
+        """Run one greedy episode per env copy; return mean return and length."""
+        start = time.perf_counter()
+        device = next(model.parameters()).device
+        obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
+        self._seeded = True
+        returns = np.zeros(self.episodes)
+        lengths = np.zeros(self.episodes, dtype=np.int64)
+        running = np.ones(self.episodes, dtype=bool)
+        with torch.inference_mode():
+            while running.any():
+                obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
+                action = model.act(obs_t, greedy=True)
+                obs, reward, term, trunc, _ = self.envs.step(self._to_env(action))
+                # Finished copies autoreset and keep stepping; their steps no longer count.
+                returns += reward * running
+                lengths += running
+                running &= ~(term | trunc)
+        self.seconds += time.perf_counter() - start
+        result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
+        entry = dict(result)
+        if self.progress is not None:
+            entry["env_steps"] = float(self.progress())
+        self.history.append(entry)
+        return result
+
+    def close(self) -> None:
+        """Close the evaluation environments."""
+        self.envs.close()

@@ -1,0 +1,108 @@
+"""Policy-gradient algorithms as loss closures ``loss_fn(model, batch) -> dict`` over a RolloutBatch.
+
+Each closure returns ``"loss"`` (what the engine differentiates) plus detached diagnostics, which the
+engine tracks as running means. What differs between the algorithms beyond these few lines lives in
+the collector settings: rollout length, GAE lambda, epochs and minibatches per rollout.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from beyondfit.errors import BeyondfitError
+from beyondfit.rl.collector import RolloutBatch
+from beyondfit.rl.policies import ActorCritic
+
+LossFn = Callable[[ActorCritic, RolloutBatch], dict[str, torch.Tensor]]
+
+
+def _normalize(x: torch.Tensor) -> torch.Tensor:
+    # Scale-free advantages make one learning rate fit rewards of any magnitude.
+    if x.numel() < 2:
+        return x - x.mean()
+    return (x - x.mean()) / (x.std() + 1e-8)
+
+
+def reinforce_loss(
+    vf_coef: float = 0.5, ent_coef: float = 0.0, normalize_advantages: bool = True
+) -> LossFn:
+    """REINFORCE with a learned baseline: raise log-probs in proportion to return minus baseline.
+
+    Pair it with ``gae_lambda=1`` (Monte-Carlo returns) and long rollouts; the critic only serves as
+    the baseline and is regressed onto the returns.
+    """
+
+    def loss_fn(model: ActorCritic, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+        advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
+        policy_loss = -(logp * advantages).mean()
+        value_loss = 0.5 * (model.value(batch.obs) - batch.returns).pow(2).mean()
+        entropy = entropy.mean()
+        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        return {"loss": loss, "policy_loss": policy_loss.detach(),
+                "value_loss": value_loss.detach(), "entropy": entropy.detach()}
+
+    return loss_fn
+
+
+def a2c_loss(
+    vf_coef: float = 0.5, ent_coef: float = 0.0, normalize_advantages: bool = True
+) -> LossFn:
+    """Advantage actor-critic: the same gradient as REINFORCE, with GAE advantages.
+
+    The closure is REINFORCE's; what makes it A2C is the collector: short rollouts and
+    ``gae_lambda < 1``, i.e. bootstrapping from the critic instead of waiting for episode ends.
+    """
+    return reinforce_loss(vf_coef, ent_coef, normalize_advantages)
+
+
+def ppo_loss(
+    clip_coef: float = 0.2,
+    vf_coef: float = 0.5,
+    ent_coef: float = 0.0,
+    normalize_advantages: bool = True,
+) -> LossFn:
+    """PPO's clipped surrogate (Schulman et al. 2017), value regression and entropy bonus.
+
+    The collector yields several epochs of minibatches from one rollout; clipping the probability
+    ratio keeps those repeated steps close to the policy that collected the data.
+    """
+
+    def loss_fn(model: ActorCritic, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+        advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
+        log_ratio = logp - batch.logp
+        ratio = log_ratio.exp()
+        surrogate = torch.min(ratio * advantages,
+                              ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
+        policy_loss = -surrogate.mean()
+        value_loss = 0.5 * (model.value(batch.obs) - batch.returns).pow(2).mean()
+        entropy = entropy.mean()
+        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
+            clip_frac = ((ratio - 1).abs() > clip_coef).float().mean()
+        return {"loss": loss, "policy_loss": policy_loss.detach(),
+                "value_loss": value_loss.detach(), "entropy": entropy.detach(),
+                "approx_kl": approx_kl, "clip_frac": clip_frac}
+
+    return loss_fn
+
+
+#: ``task.algo`` name -> loss-closure factory.
+ALGORITHMS: dict[str, Callable[..., LossFn]] = {
+    "reinforce": reinforce_loss,
+    "a2c": a2c_loss,
+    "ppo": ppo_loss,
+}
+
+
+def make_loss(algo: str, **options: float | bool) -> LossFn:
+    """The loss closure for ``algo`` (``reinforce``, ``a2c`` or ``ppo``) with its options."""
+    if algo not in ALGORITHMS:
+        raise BeyondfitError(
+            f"unknown task.algo={algo!r}; choose one of {', '.join(ALGORITHMS)}, e.g. task.algo=ppo"
+        )
+    return ALGORITHMS[algo](**options)

@@ -1,0 +1,154 @@
+"""MLP policies: a categorical head for ``Discrete`` actions, a diagonal Gaussian for ``Box`` actions.
+
+The distribution is written out by hand (log-softmax, Gumbel-max sampling, Gaussian log-density)
+instead of ``torch.distributions``: building a validated ``Categorical`` per environment step costs
+more than the MLP itself, and the rollout loop calls :meth:`ActorCritic.act` once per step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from beyondfit.errors import BeyondfitError
+
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+#: ``activation`` option -> module. ReLU is the default: on CPU, torch's tanh costs ~10x a ReLU
+#: per element, which dominates the update step of these tiny MLPs (measure with bench/cartpole.py).
+ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
+
+
+def mlp(sizes: Sequence[int], out_gain: float, activation: str = "relu") -> nn.Sequential:
+    """MLP with orthogonal init (CleanRL's ``layer_init``): hidden gain sqrt(2), output ``out_gain``.
+
+    A small output gain (0.01) starts the actor near the uniform policy, which keeps early updates tame.
+    """
+    if activation not in ACTIVATIONS:
+        raise BeyondfitError(
+            f"unknown task.activation={activation!r}; choose one of {', '.join(ACTIVATIONS)}"
+        )
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        last = i == len(sizes) - 2
+        linear = nn.Linear(fan_in, fan_out)
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(ACTIVATIONS[activation]())
+    return nn.Sequential(*layers)
+
+
+def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: str = "") -> None:
+    """Raise :class:`BeyondfitError` unless observations are a ``Box`` and actions ``Discrete`` or ``Box``."""
+    where = f" of env {env_id!r}" if env_id else ""
+    if not isinstance(observation_space, gym.spaces.Box):
+        raise BeyondfitError(
+            f"observation space {observation_space}{where} is not supported: the MLP policies take a "
+            "Box (flat or multi-dimensional array); flatten it first, e.g. with "
+            "gymnasium.wrappers.FlattenObservation, or pick another env with task.env=ID"
+        )
+    if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
+        raise BeyondfitError(
+            f"action space {action_space}{where} is not supported: the policies handle Discrete "
+            "(categorical) and Box (diagonal Gaussian) actions; pick another env with task.env=ID"
+        )
+
+
+class ActorCritic(nn.Module):
+    """An actor (action distribution) and an optional critic (state value), as separate MLPs.
+
+    Separate networks keep the per-step forward to the actor alone: the collector computes values
+    for the whole rollout in one batched call afterwards.
+
+    Args:
+        observation_space: a ``Box``; observations are flattened.
+        action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a learned,
+            state-independent log standard deviation.
+        hidden: hidden layer sizes of both MLPs.
+        value_head: build the critic (all built-in losses use it as baseline or for GAE).
+        log_std_init: initial log standard deviation of the Gaussian policy.
+        activation: hidden activation, ``"relu"`` or ``"tanh"``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        hidden: Sequence[int] = (64, 64),
+        value_head: bool = True,
+        log_std_init: float = 0.0,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        check_spaces(observation_space, action_space)
+        obs_dim = int(np.prod(observation_space.shape))
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if self.discrete:
+            out_dim = int(action_space.n)
+            self.action_shape: tuple[int, ...] = ()
+        else:
+            out_dim = int(np.prod(action_space.shape))
+            self.action_shape = tuple(action_space.shape)
+            self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
+        self.actor = mlp([obs_dim, *hidden, out_dim], 0.01, activation)
+        self.critic = mlp([obs_dim, *hidden, 1], 1.0, activation) if value_head else None
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Logits (discrete) or action means (continuous), shape ``(B, n)``."""
+        return self.actor(obs.flatten(1))
+
+    def act(
+        self,
+        obs: torch.Tensor,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Sample actions (or take the most likely ones when ``greedy``) for a batch of observations.
+
+        Call it under ``torch.inference_mode()`` (the collector and evaluator do): it is the per-step
+        hot path, so it carries no grad-mode switch of its own. ``generator`` makes sampling
+        reproducible independently of the global RNG.
+        """
+        out = self(obs)
+        if self.discrete:
+            if greedy:
+                return out.argmax(-1)
+            # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, in 3 kernels.
+            noise = torch.empty_like(out).exponential_(generator=generator)
+            return (out - noise.log()).argmax(-1)
+        if not greedy:
+            noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+            out = out + self.log_std.exp() * noise
+        return out.view(-1, *self.action_shape)
+
+    def log_prob_entropy(
+        self, obs: torch.Tensor, actions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probability of ``actions`` and entropy of the policy at ``obs``, each shape ``(B,)``."""
+        out = self(obs)
+        if self.discrete:
+            logp_all = out.log_softmax(-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            return logp, entropy
+        log_std = self.log_std.expand_as(out)
+        z = (actions.flatten(1) - out) / log_std.exp()
+        logp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
+        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
+        return logp, entropy
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """State values, shape ``(B,)``."""
+        if self.critic is None:
+            raise BeyondfitError(
+                "this policy has no value head but the loss needs one: build it with value_head=True"
+            )
+        return self.critic(obs.flatten(1)).squeeze(-1)

@@ -1,0 +1,177 @@
+"""From a composed config to a finished run: build the task, the engine and the callbacks, fit.
+
+This is the command line's whole job, kept apart from Hydra's entry point so that tests
+and notebooks can call :func:`run` with a config they composed themselves.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from beyondfit.callbacks import Callback, StopRule
+from beyondfit.engine import Engine
+from beyondfit.errors import BeyondfitError
+from beyondfit.loggers import ConsoleLogger, MetricsFile
+from beyondfit.seeding import seed_everything
+from beyondfit.task import Task
+
+log = logging.getLogger("beyondfit")
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
+    CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def available(group: str) -> list[str]:
+    """The options of a config group (``task``, ``optimizer``, ...), from the shipped configs."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
+    """Train the task ``cfg`` describes, writing metrics and artifacts into ``run_dir``.
+
+    Returns the engine's history. Raises :class:`BeyondfitError` for anything the user
+    can fix.
+    """
+    started = time.perf_counter()
+    if cfg.get("task") is None:
+        raise BeyondfitError(no_task_message())
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if cfg.get("threads"):
+        # Intra-op threads cost more than they give on small models, and oversubscribed
+        # cores (a sweep, a busy machine) make every op wait on the slowest thread.
+        torch.set_num_threads(int(cfg.threads))
+    seed_everything(int(cfg.seed))
+    task = build_task(cfg.task)
+    optimizer = build_optimizer(cfg.optimizer)
+    train = cfg.train
+    callbacks: list[Callback] = [
+        MetricsFile(run_dir / "metrics.jsonl"),
+        ConsoleLogger(epochs=int(train.epochs), every=max(1, int(train.epochs) // 20)),
+    ]
+    if train.get("stop"):
+        callbacks.append(StopRule(str(train.stop)))
+    options = _engine_options(cfg.engine)
+    engine = Engine(
+        task.model,
+        task.loss_fn,
+        optimizer,
+        scheduler=build_scheduler(cfg.get("scheduler"), task, train, options.get("accumulate", 1)),
+        device=str(cfg.device),
+        callbacks=callbacks,
+        **options,
+    )
+    history = engine.fit(
+        task.train_data,
+        epochs=int(train.epochs),
+        max_steps=train.get("max_steps"),
+        val_data=task.val_data,
+        eval_every=train.get("eval_every") or task.eval_every,
+    )
+    if engine.stopped_by:
+        log.info("stopped early: %s", engine.stopped_by)
+    if task.finish is not None:
+        for line in task.finish(engine, run_dir) or []:
+            log.info("%s", line)
+    log.info(
+        "done in %.1fs: %d optimizer steps; metrics in %s",
+        time.perf_counter() - started,
+        engine.global_step,
+        run_dir / "metrics.jsonl",
+    )
+    return history
+
+
+def build_task(task_cfg: DictConfig) -> Task:
+    """Instantiate ``cfg.task`` (its ``_target_`` is a task module's ``build``)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        task = instantiate(task_cfg, _convert_="all")
+    except InstantiationException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, BeyondfitError):
+            raise cause from None
+        if isinstance(cause, TypeError):
+            raise BeyondfitError(f"task options do not fit the task: {cause}") from None
+        raise BeyondfitError(f"cannot build the task: {exc}") from None
+    if not isinstance(task, Task):
+        raise BeyondfitError(f"task._target_ returned {type(task).__name__}, not a beyondfit Task")
+    return task
+
+
+def build_optimizer(optimizer_cfg: DictConfig) -> Any:
+    """Instantiate the optimizer group as a factory ``params -> Optimizer``, checking ``lr``."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    lr = optimizer_cfg.get("lr")
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
+        raise BeyondfitError(f"optimizer.lr={lr!r}; the learning rate must be a positive number")
+    factory = instantiate(optimizer_cfg)
+
+    def build(params: list[Any]) -> Any:
+        try:
+            return factory(params)
+        except InstantiationException as exc:
+            cause = exc.__cause__ or exc
+            raise BeyondfitError(f"optimizer options are invalid: {cause}") from None
+        except (TypeError, ValueError) as exc:
+            raise BeyondfitError(f"optimizer options are invalid: {exc}") from None
+
+    return build
+
+
+def build_scheduler(
+    scheduler_cfg: DictConfig | None, task: Task, train: DictConfig, accumulate: int
+) -> Any:
+    """The scheduler group as a factory ``optimizer -> scheduler``, told the run's length."""
+    if not scheduler_cfg:
+        return None
+    from hydra.utils import instantiate
+
+    total = train.get("max_steps")
+    if total is None:
+        try:
+            per_epoch = -(-len(task.train_data) // int(accumulate))  # type: ignore[arg-type]
+        except TypeError:
+            raise BeyondfitError(
+                "the scheduler needs the run's length: the training data has none, so set "
+                "train.max_steps"
+            ) from None
+        total = per_epoch * int(train.epochs)
+    factory = instantiate(scheduler_cfg)
+    return lambda optimizer: factory(optimizer, total_steps=int(total))
+
+
+def _engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
+    options = OmegaConf.to_container(engine_cfg, resolve=True)
+    assert isinstance(options, Mapping)
+    known = {
+        "precision", "clip_norm", "clip_value", "accumulate", "compile", "on_nonfinite",
+        "max_skips", "log_every", "track_grad_norm",
+    }  # fmt: skip
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BeyondfitError(
+            f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}"
+        )
+    return dict(options)
+
+
+def no_task_message() -> str:
+    """What to say when no task was picked."""
+    tasks = ", ".join(available("task"))
+    return (
+        f"no task given; pick one with +task=NAME (available: {tasks}), "
+        "e.g. python -m beyondfit +task=cartpole"
+    )

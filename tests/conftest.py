@@ -1,0 +1,5 @@
+"""Shared test set-up: one CPU thread (tiny models run fastest and most repeatably on one)."""
+
+import torch
+
+torch.set_num_threads(1)
