@@ -16,7 +16,9 @@ from beyondfit.errors import BeyondfitError
 from beyondfit.run import CONF_DIR, available, no_task_message, run
 
 # Flags with which Hydra prints something instead of running a job.
-_INFO_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
+_INFO_FLAGS = (
+    "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
+)  # fmt: skip
 
 
 def fail(message: str) -> None:

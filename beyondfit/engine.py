@@ -105,7 +105,9 @@ class Engine:
         _check_positive_int("log_every", log_every)
         _check_positive_int("max_skips", max_skips)
         if on_nonfinite not in _NONFINITE:
-            raise BeyondfitError(f"on_nonfinite={on_nonfinite!r}; use one of {', '.join(_NONFINITE)}")
+            raise BeyondfitError(
+                f"on_nonfinite={on_nonfinite!r}; use one of {', '.join(_NONFINITE)}"
+            )
         key = str(precision).lower()
         if key not in _PRECISIONS:
             raise BeyondfitError(f"precision={precision!r}; use 32, bf16 or 16")
@@ -240,7 +242,10 @@ class Engine:
             for name, value in logs.items()
             if isinstance(value, torch.Tensor) and not bool(torch.isfinite(value).all())
         ] or ["loss"]
-        where = f"optimizer step {self.global_step + 1} (epoch {self.epoch + 1}, batch {self.batch_in_epoch + 1})"
+        where = (
+            f"optimizer step {self.global_step + 1} "
+            f"(epoch {self.epoch + 1}, batch {self.batch_in_epoch + 1})"
+        )
         if self.on_nonfinite == "raise":
             raise BeyondfitError(
                 f"non-finite {', '.join(bad)} at {where}; lower the learning rate, clip "
@@ -441,7 +446,9 @@ class Engine:
         """Restore :meth:`state_dict`; a model mismatch is a clear error listing the keys."""
         problems = mismatched_keys(self.model.state_dict(), state["model"])
         if problems:
-            shown = "; ".join(problems[:8]) + (f"; and {len(problems) - 8} more" if len(problems) > 8 else "")
+            shown = "; ".join(problems[:8])
+            if len(problems) > 8:
+                shown += f"; and {len(problems) - 8} more"
             raise BeyondfitError(
                 f"{source} does not fit this model ({shown}); it was written for a different "
                 "task or model shape"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -20,7 +21,7 @@ def mlp(
     ``out_activation`` (e.g. ``nn.Sigmoid()``) follows the last one.
     """
     layers: list[nn.Module] = []
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(n_in, n_out))
         if i < len(sizes) - 2:
             layers.append(activation())

@@ -22,7 +22,7 @@ class Task:
 
     Attributes:
         model: the module to train.
-        loss_fn: the closure ``loss_fn(model, batch)`` returning a scalar or a mapping with ``"loss"``.
+        loss_fn: the closure ``loss_fn(model, batch)``: a scalar, or a mapping with ``"loss"``.
         train_data: any iterable of batches (a loader, a list, a rollout collector).
         val_data: an iterable of batches scored with ``loss_fn``, or an :data:`Evaluator`.
         eval_every: optimizer steps between evaluations; ``None`` evaluates at each epoch end.

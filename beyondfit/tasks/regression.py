@@ -84,7 +84,7 @@ def build(
 def least_squares_r2(
     x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor
 ) -> float:
-    """R² on the validation rows of ordinary least squares (with intercept) fit on the train rows."""
+    """Validation R² of ordinary least squares (with intercept) fit on the training rows."""
     if len(x_train) <= x_train.shape[1]:
         raise BeyondfitError("too few training rows for the least-squares baseline")
     a = np.hstack([x_train.numpy(), np.ones((len(x_train), 1), np.float32)]).astype(np.float64)
