@@ -1,0 +1,155 @@
+"""The regression task and the command line around it, including every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+
+from beyondfit import BeyondfitError
+from beyondfit.data import load_table
+from beyondfit.run import CONF_DIR, run
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m beyondfit`` as a user would."""
+    return subprocess.run(
+        [sys.executable, "-m", "beyondfit", *args],
+        capture_output=True, text=True, timeout=300, cwd=cwd,
+    )  # fmt: skip
+
+
+def config(*overrides: str):
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose(config_name="config", overrides=["+task=regression", *overrides])
+
+
+def write_csv(path: Path, rows: list[list[str]]) -> Path:
+    path.write_text("\n".join(",".join(r) for r in rows) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------- end to end
+def test_default_regression_run_beats_least_squares_minus_margin(tmp_path: Path) -> None:
+    result = cli("+task=regression", f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    line = next(x for x in result.stdout.splitlines() if "validation R2" in x)
+    model_r2 = float(line.split("model ")[1].split()[0])
+    ols_r2 = float(line.split("least squares ")[1].split()[0])
+    assert model_r2 >= ols_r2 - 0.02
+    rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in rows if r["kind"] == "epoch"]
+    assert [r["epoch"] for r in epochs] == list(range(1, 121))
+    assert {"loss", "val_loss", "val_r2"} <= set(epochs[-1])
+    assert (tmp_path / ".hydra" / "config.yaml").is_file()
+
+
+def test_user_csv_and_npz_files_train(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 3)).astype(np.float32)
+    y = x @ np.array([1.0, -2.0, 0.5], np.float32) + 0.05 * rng.normal(size=120)
+    rows = [["a", "b", "c", "price"]] + [[*map(str, xi), str(yi)] for xi, yi in zip(x, y)]
+    csv_path = write_csv(tmp_path / "table.csv", rows)
+    cfg = config(f"task.data.path={csv_path}", "task.data.target=price", "train.epochs=60",
+                 "optimizer.lr=0.03")
+    history = run(cfg, tmp_path / "csv_run")
+    assert history[-1]["val_r2"] > 0.9
+
+    np.savez(tmp_path / "table.npz", x=x, y=y)
+    cfg = config(f"task.data.path={tmp_path / 'table.npz'}", "train.epochs=2")
+    assert len(run(cfg, tmp_path / "npz_run")) == 2
+
+
+# ---------------------------------------------------------------- bad input: CLI one-liners
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "no task given; pick one with +task=NAME"),
+        (["+task=nosuchtask"], "unknown task 'nosuchtask'"),
+        (["+task=regression", "optimizer=nosuchopt"], "unknown optimizer 'nosuchopt'"),
+        (["+task=regression", "optimizer.lr=-0.1"], "optimizer.lr=-0.1"),
+        (["+task=regression", "task.data.path=/no/such/file.csv"], "does not exist"),
+        (["+task=regression", "nosuchkey=1"], "nosuchkey"),
+    ],
+)
+def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+    result = cli(*args, f"hydra.run.dir={tmp_path}")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("optimizer.lr=0", "optimizer.lr=0"), ("engine.clip_norm=-1", "clip_norm=-1"),
+     ("device=cuda:7", "device="), ("+engine.nosuch=1", "unknown engine option"),
+     ("train.stop=val_loss", "stop rule")],
+)
+def test_bad_config_values_are_clear(override: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(BeyondfitError, match=message):
+        run(config(override, "train.epochs=1"), tmp_path)
+
+
+def test_cli_reports_bad_data_file_in_one_line(tmp_path: Path) -> None:
+    bad = write_csv(tmp_path / "bad.csv", [["a", "y"], ["1", "2"], ["nan", "3"], ["2", "4"]])
+    result = cli("+task=regression", f"task.data.path={bad}", "task.data.target=y",
+                 f"hydra.run.dir={tmp_path / 'run'}")
+    assert result.returncode == 2
+    assert "NaN or inf" in result.stderr and result.stderr.count("\n") == 1
+
+
+# ---------------------------------------------------------------- bad input: data files
+def test_missing_target_column(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", [["a", "b"], ["1", "2"]])
+    with pytest.raises(BeyondfitError, match="target column 'price' is not in"):
+        load_table(path, "price")
+
+
+def test_csv_without_target_option(tmp_path: Path) -> None:
+    path = write_csv(tmp_path / "t.csv", [["a", "b"], ["1", "2"]])
+    with pytest.raises(BeyondfitError, match="task.data.target=COLUMN"):
+        load_table(path, None)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("", "is empty"), ("a,y\n", "no data rows"), ("a,y\n1,x\n", "not a number"),
+     ("a,y\n1,inf\n2,3\n", "NaN or inf"), ("a,y\n1\n", "has 1 fields")],
+)
+def test_bad_csv_contents(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(content)
+    with pytest.raises(BeyondfitError, match=message):
+        load_table(path, "y")
+
+
+def test_bad_npz_contents(tmp_path: Path) -> None:
+    np.savez(tmp_path / "nox.npz", features=np.ones((3, 2)))
+    with pytest.raises(BeyondfitError, match="lacks array"):
+        load_table(tmp_path / "nox.npz")
+    np.savez(tmp_path / "empty.npz", x=np.ones((0, 2)), y=np.ones((0,)))
+    with pytest.raises(BeyondfitError, match="empty"):
+        load_table(tmp_path / "empty.npz")
+    np.savez(tmp_path / "nan.npz", x=np.array([[1.0], [np.nan]]), y=np.ones(2))
+    with pytest.raises(BeyondfitError, match="NaN or inf features"):
+        load_table(tmp_path / "nan.npz")
+    (tmp_path / "data.parquet").write_text("x")
+    with pytest.raises(BeyondfitError, match="suffix"):
+        load_table(tmp_path / "data.parquet")
+
+
+def test_bad_optimizer_option_is_clear(tmp_path: Path) -> None:
+    cfg = config("+optimizer.betas=[2.0,0.9]", "train.epochs=1")
+    with pytest.raises(BeyondfitError, match="optimizer options are invalid"):
+        run(cfg, tmp_path)
+
+
+def test_bad_task_option_is_clear(tmp_path: Path) -> None:
+    cfg = config("+task.nosuch=1")
+    with pytest.raises(BeyondfitError, match="nosuch"):
+        run(cfg, tmp_path)
