@@ -77,7 +77,9 @@ def test_user_csv_and_npz_files_train(tmp_path: Path) -> None:
         (["+task=regression", "nosuchkey=1"], "nosuchkey"),
     ],
 )
-def test_cli_bad_input_is_one_line_and_exit_2(args: list[str], message: str, tmp_path: Path) -> None:
+def test_cli_bad_input_is_one_line_and_exit_2(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
     result = cli(*args, f"hydra.run.dir={tmp_path}")
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert message in result.stderr
@@ -112,7 +114,7 @@ def test_missing_target_column(tmp_path: Path) -> None:
 
 def test_csv_without_target_option(tmp_path: Path) -> None:
     path = write_csv(tmp_path / "t.csv", [["a", "b"], ["1", "2"]])
-    with pytest.raises(BeyondfitError, match="task.data.target=COLUMN"):
+    with pytest.raises(BeyondfitError, match=r"task\.data\.target=COLUMN"):
         load_table(path, None)
 
 
