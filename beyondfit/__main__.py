@@ -6,13 +6,18 @@ make come out as one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import re
+import shlex
 import sys
+from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from beyondfit.checkpointing import resume_run_dir
 from beyondfit.errors import BeyondfitError
+from beyondfit.interrupt import TrainingInterrupted
 from beyondfit.run import CONF_DIR, available, no_task_message, run
 
 # Flags with which Hydra prints something instead of running a job.
@@ -59,11 +64,52 @@ def _app(cfg: DictConfig) -> None:
         run(cfg, HydraConfig.get().runtime.output_dir)
     except BeyondfitError as exc:
         fail(str(exc))
+    except TrainingInterrupted as exc:
+        print(f"beyondfit: {exc}", file=sys.stderr)
+        if exc.checkpoint is not None:
+            print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+def resume_command(checkpoint: Path) -> str:
+    """This run's command line with ``resume=`` pointing at its run directory."""
+    target = resume_run_dir(checkpoint) or checkpoint
+    args = [
+        a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
+    ]
+    return shlex.join(["python", "-m", "beyondfit", *args, f"resume={target}"])
+
+
+def resume_overrides(args: list[str]) -> list[str]:
+    """Hydra overrides that make ``resume=RUN`` continue inside that run's directory.
+
+    The resumed run appends to the run's metrics file and checkpoints; Hydra's record of
+    this invocation goes to ``.hydra/resume/``, keeping the original ``.hydra/``. An
+    explicit ``hydra.run.dir=`` wins.
+    """
+    value = None
+    for arg in args:
+        key, sep, val = arg.partition("=")
+        key = key.lstrip("+")
+        if key in ("hydra.run.dir", "hydra.output_subdir"):
+            return []
+        if sep and key == "resume":
+            value = val.strip().strip("'\"")
+    if not value or value == "null":
+        return []
+    run_dir = resume_run_dir(value)
+    if run_dir is None or not run_dir.is_dir():
+        return []  # a loose checkpoint file: a fresh run directory, as usual
+    text = str(run_dir)
+    if not re.fullmatch(r"[\w/.\-:+@%~]+", text):
+        text = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return [f"hydra.run.dir={text}", "hydra.output_subdir=.hydra/resume"]
 
 
 def main() -> None:
     """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
     check_choices(sys.argv[1:])
+    sys.argv += resume_overrides(sys.argv[1:])
     try:
         _app()
     except SystemExit as exc:

@@ -16,6 +16,16 @@ import torch
 from beyondfit.errors import BeyondfitError
 
 
+class CorruptCheckpointError(BeyondfitError):
+    """A checkpoint file that cannot be read back: truncated (a kill during a copy, a full
+    disk) or otherwise damaged. Resuming a run directory falls back to the previous file on
+    this error, never on a refused (unsafe) one."""
+
+    def __init__(self, message: str, path: Path) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     """``torch.save`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
 
@@ -70,9 +80,10 @@ def safe_load(path: str | os.PathLike[str], map_location: Any = "cpu") -> dict[s
             "only load checkpoints written by beyondfit"
         ) from None
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, ValueError) as exc:
-        raise BeyondfitError(
+        raise CorruptCheckpointError(
             f"checkpoint {str(path)!r} is truncated or corrupt ({type(exc).__name__}); "
-            "resume from an earlier checkpoint"
+            "resume from an earlier checkpoint",
+            path,
         ) from None
     if not isinstance(state, dict) or "model" not in state:
         raise BeyondfitError(

@@ -158,6 +158,12 @@ class Engine:
         self._consecutive_skips = 0
         self.should_stop = False
         self.stopped_by: str | None = None
+        # Set (to e.g. "SIGINT") by a callback that must stop *now*: fit then leaves the
+        # epoch open (no partial-epoch row, no evaluation), so a checkpoint taken in
+        # on_fit_end resumes mid-epoch exactly where the run stopped.
+        self.interrupted: str | None = None
+        self.evaluated_at = -1  # optimizer step of this epoch's last evaluation (saved)
+        self.data_exhausted = False  # this epoch's pass over the data has ended (saved)
         self.history: list[dict[str, float]] = []
         self.last_val: dict[str, float] = {}
         self.train_data: Any = None
@@ -313,6 +319,7 @@ class Engine:
         self._pending_data_state = None
         self.should_stop = False
         self.stopped_by = None
+        self.interrupted = None
         step_hooks = [cb for cb in self.callbacks if overrides(cb, "on_step_end")]
         self._emit("on_fit_start")
         if max_steps is not None and self.global_step >= max_steps:
@@ -323,40 +330,41 @@ class Engine:
                 self.train_metrics.reset()
             self._emit("on_epoch_start")
             batches: Iterable[Any] = train_data
-            if resuming and not hasattr(train_data, "load_state_dict"):
+            if resuming and self.data_exhausted:
+                # Saved after the data ran out (in the final partial window's step): the
+                # data source is already at its next pass; only the epoch's end remains.
+                batches = ()
+            elif resuming and not hasattr(train_data, "load_state_dict"):
                 # A plain iterable cannot seek: skip what the interrupted epoch consumed.
                 batches = itertools.islice(train_data, self.batch_in_epoch, None)
-            evaluated_at = -1
+            if not resuming:
+                self.evaluated_at = -1
+            self.data_exhausted = False
             for batch in batches:
                 before = self.global_step
                 self.step(batch)
                 self.batch_in_epoch += 1
                 if self.global_step == before:
                     continue
-                if self.global_step % self.log_every == 0:
-                    self._emit("on_log", self.train_metrics.compute())
-                if val_data is not None and eval_every and self.global_step % eval_every == 0:
-                    self._run_eval(val_data)
-                    evaluated_at = self.global_step
-                if max_steps is not None and self.global_step >= max_steps:
-                    self.should_stop = True
-                # Last, so a checkpoint written here includes this step's log rows.
-                for callback in step_hooks:
-                    callback.on_step_end(self)
+                self._after_step(val_data, eval_every, max_steps, step_hooks)
                 if self.should_stop:
                     break
             else:
+                self.data_exhausted = True
                 if self._micro:  # a partial accumulation window at the end of the data
+                    before = self.global_step
                     self._optimizer_step()
-                    for callback in step_hooks:
-                        callback.on_step_end(self)
+                    if self.global_step != before:  # a step like any other: logged, counted
+                        self._after_step(val_data, eval_every, max_steps, step_hooks)
+            if self.interrupted:
+                break  # the epoch stays open: resuming continues it mid-way
             if self.batch_in_epoch == 0 and not resuming:
                 raise BeyondfitError(
                     "train_data yielded no batches; check the data source and the batch size"
                 )
             finished_epoch = not self.should_stop or self._epoch_exhausted()
             logs = self.train_metrics.compute()
-            if val_data is not None and evaluated_at != self.global_step:
+            if val_data is not None and self.evaluated_at != self.global_step:
                 self._run_eval(val_data)  # every history row carries current val_ values
             logs.update(self.last_val)
             logs["epoch"] = float(self.epoch + 1)
@@ -368,6 +376,21 @@ class Engine:
             self._emit("on_epoch_end", logs)
         self._emit("on_fit_end", self.history)
         return self.history
+
+    def _after_step(
+        self, val_data: Any, eval_every: int | None, max_steps: int | None, step_hooks: list[Any]
+    ) -> None:
+        """After an optimizer step: log row, evaluation, step budget, then ``on_step_end``."""
+        if self.global_step % self.log_every == 0:
+            self._emit("on_log", self.train_metrics.compute())
+        if val_data is not None and eval_every and self.global_step % eval_every == 0:
+            self._run_eval(val_data)
+            self.evaluated_at = self.global_step
+        if max_steps is not None and self.global_step >= max_steps:
+            self.should_stop = True
+        # Last, so a checkpoint written here includes this step's log rows.
+        for callback in step_hooks:
+            callback.on_step_end(self)
 
     def _epoch_exhausted(self) -> bool:
         # Stopped on the last batch of the data? Then the epoch did finish.
@@ -423,7 +446,10 @@ class Engine:
                 "epoch": self.epoch,
                 "batch_in_epoch": self.batch_in_epoch,
                 "skipped_steps": self.skipped_steps,
+                "evaluated_at": self.evaluated_at,
+                "data_exhausted": self.data_exhausted,
             },
+            "last_val": dict(self.last_val),
             "metrics": self.train_metrics.state_dict(),
             "history": [dict(row) for row in self.history],
             "rng": rng_state(),
@@ -470,6 +496,9 @@ class Engine:
         self.epoch = int(counters["epoch"])
         self.batch_in_epoch = int(counters["batch_in_epoch"])
         self.skipped_steps = int(counters.get("skipped_steps", 0))
+        self.evaluated_at = int(counters.get("evaluated_at", -1))
+        self.data_exhausted = bool(counters.get("data_exhausted", False))
+        self.last_val = dict(state.get("last_val", {}))
         self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
         if "rng" in state:

@@ -16,8 +16,10 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from beyondfit.callbacks import Callback, StopRule
+from beyondfit.checkpointing import CHECKPOINT_DIR, Checkpointer, config_changes, resume
 from beyondfit.engine import Engine
 from beyondfit.errors import BeyondfitError
+from beyondfit.interrupt import GracefulInterrupt
 from beyondfit.loggers import ConsoleLogger, MetricsFile
 from beyondfit.seeding import seed_everything
 from beyondfit.task import Task
@@ -60,6 +62,11 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
     options = _engine_options(cfg.engine)
+    # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
+    # handler stops the run only once every other on_fit_end has run.
+    checkpointer = build_checkpointer(cfg, run_dir)
+    interrupt = GracefulInterrupt(checkpointer)
+    callbacks += [checkpointer, interrupt]
     engine = Engine(
         task.model,
         task.loss_fn,
@@ -69,13 +76,16 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
         callbacks=callbacks,
         **options,
     )
-    history = engine.fit(
-        task.train_data,
-        epochs=int(train.epochs),
-        max_steps=train.get("max_steps"),
-        val_data=task.val_data,
-        eval_every=train.get("eval_every") or task.eval_every,
-    )
+    if cfg.get("resume"):
+        resume_engine(engine, cfg)
+    with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+        history = engine.fit(
+            task.train_data,
+            epochs=int(train.epochs),
+            max_steps=train.get("max_steps"),
+            val_data=task.val_data,
+            eval_every=train.get("eval_every") or task.eval_every,
+        )
     if engine.stopped_by:
         log.info("stopped early: %s", engine.stopped_by)
     if task.finish is not None:
@@ -88,6 +98,52 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
         run_dir / "metrics.jsonl",
     )
     return history
+
+
+def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
+    """The ``checkpoint`` config section as a :class:`Checkpointer` into ``RUN_DIR/checkpoints``.
+
+    Every checkpoint stores the resolved config, so a run can be traced from its file alone.
+    """
+    section = cfg.get("checkpoint") or {}
+    known = {"every", "keep", "monitor", "mode"}
+    unknown = sorted(set(section) - known)
+    if unknown:
+        raise BeyondfitError(
+            f"unknown checkpoint option(s) {unknown}; known: {', '.join(sorted(known))}"
+        )
+    return Checkpointer(
+        run_dir / CHECKPOINT_DIR,
+        every=section.get("every", 500),
+        keep=section.get("keep", 3),
+        monitor=section.get("monitor", "val_loss"),
+        mode=section.get("mode", "min"),
+        extra={"config": OmegaConf.to_container(cfg, resolve=True)},
+    )
+
+
+# Settings that may differ on resume without changing what is computed.
+_RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint")
+
+
+def resume_engine(engine: Engine, cfg: DictConfig) -> None:
+    """Load ``cfg.resume`` (a file or a run directory) into ``engine``, warning on changes."""
+    path, state = resume(engine, str(cfg.resume))
+    saved = state.get("config")
+    if isinstance(saved, Mapping):
+        current = OmegaConf.to_container(cfg, resolve=True)
+        changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
+        if changes:
+            more = f"; and {len(changes) - 8} more" if len(changes) > 8 else ""
+            shown = "; ".join(changes[:8]) + more
+            log.warning(
+                "resuming with settings that differ from the checkpoint's (%s); the run "
+                "continues with the current ones", shown,
+            )
+    log.info(
+        "resumed from %s: epoch %d, optimizer step %d",
+        path, engine.epoch + 1, engine.global_step,
+    )
 
 
 def build_task(task_cfg: DictConfig) -> Task:

@@ -1,0 +1,330 @@
+"""Checkpoints of a run, and finding the one to resume from.
+
+:class:`Checkpointer` writes ``step-<global step>.pt`` files into ``RUN_DIR/checkpoints/``
+every ``every`` optimizer steps and when training ends, keeps the newest ``keep`` of them,
+and keeps ``best.pt``: the state at which a monitored metric was best. Every file is a
+complete :meth:`~beyondfit.engine.Engine.state_dict` (model, optimizer, scheduler, grad
+scaler, counters, RNG states, data position, callback states such as the metrics file's row
+count) plus the resolved config, written atomically: a kill at any moment leaves the
+previous file intact.
+
+:func:`resume` takes a checkpoint file or a run directory. For a directory it loads the
+newest readable ``step-*.pt``; a truncated or corrupt newest file is skipped, with a
+warning, for the one before it. A file that would need arbitrary unpickling is refused,
+never executed, and never skipped silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from beyondfit.callbacks import Callback
+from beyondfit.checkpoint import CorruptCheckpointError, safe_load
+from beyondfit.errors import BeyondfitError
+
+if TYPE_CHECKING:
+    from beyondfit.engine import Engine
+
+log = logging.getLogger("beyondfit")
+
+CHECKPOINT_DIR = "checkpoints"
+BEST_FILE = "best.pt"
+_STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
+_MODES = ("min", "max")
+
+
+def step_file_name(step: int) -> str:
+    """``step-00000120.pt``: zero-padded so that names sort like steps."""
+    return f"step-{step:08d}.pt"
+
+
+def step_checkpoints(directory: str | Path) -> list[Path]:
+    """The ``step-*.pt`` files in ``directory``, newest (highest step) first."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for path in directory.iterdir():
+        match = _STEP_FILE.match(path.name)
+        if match and path.is_file():
+            found.append((int(match.group(1)), path))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _is_writer() -> bool:
+    # Under torchrun every rank holds the same state: rank 0 alone writes it.
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+
+
+class Checkpointer(Callback):
+    """Save the engine's state periodically, at the end, and at the best monitored value.
+
+    Periodic and final checkpoints are taken between optimizer steps (never inside an
+    accumulation window), after that step's log rows and evaluation, so a run resumed from
+    any of them continues bitwise as if never stopped. Put it after the loggers in the
+    callback list (the command line does) so that an epoch-end checkpoint counts that
+    epoch's rows.
+
+    Args:
+        directory: where the files go, normally ``RUN_DIR/checkpoints``.
+        every: optimizer steps between checkpoints; ``None`` saves only when training ends
+            (or is interrupted).
+        keep: how many of the newest ``step-*.pt`` files to keep (``best.pt`` is extra).
+        monitor: keep ``best.pt`` at the best value of this logged metric (e.g.
+            ``"val_loss"``); ``None`` keeps no best file.
+        mode: ``"min"`` or ``"max"``: which direction of ``monitor`` is better.
+        extra: plain data stored in every file, e.g. ``{"config": resolved_config}``.
+
+    Example:
+        >>> ckpt = Checkpointer("runs/a/checkpoints", every=100, keep=3, monitor="val_loss")
+        >>> Engine(model, loss_fn, opt, callbacks=[ckpt]).fit(data, epochs=5, val_data=val)
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        every: int | None = 500,
+        keep: int = 3,
+        monitor: str | None = "val_loss",
+        mode: str = "min",
+        extra: Mapping[str, Any] | None = None,
+    ) -> None:
+        bad_every = isinstance(every, bool) or not isinstance(every, int) or every < 1
+        if every is not None and bad_every:
+            raise BeyondfitError(
+                f"checkpoint.every={every!r}; it must be a positive whole number of optimizer "
+                "steps, or null to save only at the end"
+            )
+        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+            raise BeyondfitError(f"checkpoint.keep={keep!r}; it must be a whole number >= 1")
+        if mode not in _MODES:
+            raise BeyondfitError(f"checkpoint.mode={mode!r}; use min or max")
+        self.directory = Path(directory)
+        self.every = every
+        self.keep = keep
+        self.monitor = monitor or None
+        self.mode = mode
+        self.extra = dict(extra or {})
+        self.best: float | None = None  # best monitored value so far (saved in checkpoints)
+        self.best_step: int | None = None
+        self.last_path: Path | None = None  # the newest file this run wrote
+        self._pending_best: float | None = None  # a new best seen, not yet saved
+
+    # ------------------------------------------------------------------ hooks
+    def on_fit_start(self, engine: Engine) -> None:
+        """Create the directory; drop temporary files a killed write left behind."""
+        if not _is_writer():
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for stale in self.directory.glob(".*.tmp"):
+            stale.unlink(missing_ok=True)
+        self._set_aside_future(engine.global_step)
+
+    def on_step_end(self, engine: Engine) -> None:
+        """Every ``every`` optimizer steps; and a pending best after this step's evaluation."""
+        saved = None
+        if self.every is not None and engine.global_step % self.every == 0:
+            saved = self.save(engine)
+        if self._pending_best is not None:
+            self._save_best(engine, saved)
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A training-metrics row may carry the monitored value (e.g. ``loss``)."""
+        self._consider(logs)
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """An evaluation may set a new best; it is saved once the step or epoch completes."""
+        self._consider(logs)
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Save a best value set by this epoch's closing evaluation or its history row."""
+        self._consider(logs)
+        if self._pending_best is not None:
+            self._save_best(engine, None)
+
+    def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
+        """The final checkpoint (also taken when a signal interrupted the run)."""
+        saved = self.save(engine)
+        if self._pending_best is not None:
+            self._save_best(engine, saved)
+        if self.monitor and self.best is None and _is_writer():
+            log.warning(
+                "checkpoint.monitor=%r was never logged, so no %s was kept; monitor a "
+                "metric the run logs (see metrics.jsonl) or set checkpoint.monitor=null",
+                self.monitor, BEST_FILE,
+            )
+
+    # ------------------------------------------------------------------ writing
+    def save(self, engine: Engine) -> Path | None:
+        """Write ``step-<global step>.pt`` now and prune old ones; returns its path.
+
+        Call it only between optimizer steps (callback hooks are): a state taken inside an
+        accumulation window cannot be resumed exactly. Ranks other than 0 write nothing.
+        """
+        if not _is_writer():
+            return None
+        path = self.directory / step_file_name(engine.global_step)
+        engine.save(path, extra=self.extra)
+        self.last_path = path
+        self._prune(keep_also=path)
+        return path
+
+    def _consider(self, logs: Mapping[str, float]) -> None:
+        if self.monitor is None or self.monitor not in logs:
+            return
+        value = float(logs[self.monitor])
+        if value != value:  # NaN is never best
+            return
+        reference = self._pending_best if self._pending_best is not None else self.best
+        if reference is None or (value < reference if self.mode == "min" else value > reference):
+            self._pending_best = value
+
+    def _save_best(self, engine: Engine, saved: Path | None) -> None:
+        # Update the record first: the state written below then carries it.
+        self.best, self.best_step = self._pending_best, engine.global_step
+        self._pending_best = None
+        if not _is_writer():
+            return
+        target = self.directory / BEST_FILE
+        if saved is not None and _link_over(saved, target):
+            return  # the same state was just written: a hard link costs no second write
+        engine.save(target, extra=self.extra)
+
+    def _prune(self, keep_also: Path) -> None:
+        for old in step_checkpoints(self.directory)[self.keep :]:
+            if old != keep_also:
+                old.unlink(missing_ok=True)
+
+    def _set_aside_future(self, step: int) -> None:
+        # Files from beyond the step this run starts at belong to a run that was resumed
+        # from an earlier point (or are the corrupt file a resume skipped). Left in place
+        # they would be taken as "latest" by the next resume; renamed, nothing is lost.
+        for path in step_checkpoints(self.directory):
+            saved_step = int(_STEP_FILE.match(path.name).group(1))  # type: ignore[union-attr]
+            if saved_step > step:
+                aside = path.with_name(f"superseded-{path.name}")
+                os.replace(path, aside)
+                log.warning(
+                    "%s is newer than the step this run continues from (%d); renamed it to %s",
+                    path, step, aside.name,
+                )
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """The best value so far and where it was, so a resumed run keeps comparing to it."""
+        return {"best": self.best, "best_step": self.best_step, "monitor": self.monitor}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (ignored when the monitored metric changed)."""
+        if state.get("monitor") == self.monitor:
+            self.best = state.get("best")
+            self.best_step = state.get("best_step")
+        self._pending_best = None
+
+
+def _link_over(source: Path, target: Path) -> bool:
+    """Atomically make ``target`` a hard link to ``source``; False where links do not work."""
+    tmp = target.with_name(f".{target.name}.link.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        os.link(source, tmp)
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------- resuming
+def resume_run_dir(path: str | Path) -> Path | None:
+    """The run directory a ``resume=PATH`` continues in, or ``None`` for a loose file.
+
+    ``PATH`` may be a run directory, its ``checkpoints/`` folder, or a checkpoint inside
+    it; a checkpoint file anywhere else has no run directory.
+    """
+    path = Path(path).expanduser().resolve()
+    if path.is_dir():
+        return path.parent if path.name == CHECKPOINT_DIR else path
+    if path.parent.name == CHECKPOINT_DIR:
+        return path.parent.parent
+    return None
+
+
+def resume_candidates(path: str | Path) -> tuple[list[Path], bool]:
+    """Checkpoints to try for ``resume=PATH``, best first, and whether PATH named a file.
+
+    Raises :class:`BeyondfitError` when PATH does not exist or holds no checkpoint.
+    """
+    given = Path(path).expanduser()
+    if given.is_file():
+        return [given], True
+    if not given.exists():
+        raise BeyondfitError(
+            f"resume={str(path)!r} does not exist; give a checkpoint file or a run directory "
+            f"(one with a {CHECKPOINT_DIR}/ folder)"
+        )
+    folder = given if given.name == CHECKPOINT_DIR else given / CHECKPOINT_DIR
+    found = step_checkpoints(folder)
+    if not found:
+        raise BeyondfitError(
+            f"resume={str(path)!r}: no step-*.pt checkpoint in {str(folder)!r} (the run may "
+            "have stopped before its first checkpoint); start it again without resume"
+        )
+    return found, False
+
+
+def resume(engine: Engine, path: str | Path) -> tuple[Path, dict[str, Any]]:
+    """Load the checkpoint ``resume=PATH`` names into ``engine``; returns the file and state.
+
+    For a run directory the newest ``step-*.pt`` is taken; when it is truncated or corrupt
+    the previous one is loaded instead, with a warning naming both. Any other problem
+    (an unsafe file, a different model) is an error.
+    """
+    candidates, explicit = resume_candidates(path)
+    for index, candidate in enumerate(candidates):
+        try:
+            state = safe_load(candidate)
+        except CorruptCheckpointError as exc:
+            if explicit or index + 1 == len(candidates):
+                if not explicit:
+                    raise BeyondfitError(
+                        f"every checkpoint in {str(candidate.parent)!r} is truncated or "
+                        f"corrupt (the last tried: {candidate.name}); start the run again "
+                        "without resume"
+                    ) from None
+                raise
+            log.warning("%s; falling back to %s", exc, candidates[index + 1].name)
+            continue
+        engine.load_state_dict(state, source=f"checkpoint {str(candidate)!r}")
+        return candidate, state
+    raise AssertionError("unreachable: candidates is never empty")
+
+
+def config_changes(saved: Any, current: Any, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Dotted keys whose values differ between two plain config trees, as ``key: a -> b``.
+
+    Used to warn when a run is resumed with settings other than those it was started with.
+    """
+    changes: list[str] = []
+
+    def walk(a: Any, b: Any, key: str) -> None:
+        if key in ignore:
+            return
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            for sub in sorted(set(a) | set(b), key=str):
+                name = f"{key}.{sub}" if key else str(sub)
+                walk(a.get(sub, "<absent>"), b.get(sub, "<absent>"), name)
+        elif a != b:
+            changes.append(f"{key}: {a!r} -> {b!r}")
+
+    walk(saved, current, "")
+    return changes
