@@ -1,16 +1,18 @@
 """The rollout collector: reinforcement learning as an iterable of batches for the one engine.
 
 Each rollout runs the current policy for ``num_steps`` steps in ``N`` vector environments under
-``torch.inference_mode``, then turns the ``(T, N)`` transitions into one flat batch with advantages and
-returns. For PPO it yields ``epochs x minibatches`` shuffled minibatches of the same rollout; for
-REINFORCE and A2C one batch. The engine takes an optimizer step per yielded batch and never knows it
-is doing RL. Iteration ends by itself once ``total_env_steps`` environment steps have been taken.
+``torch.inference_mode``, then turns the ``(T, N)`` transitions into one flat batch with
+advantages and returns. For PPO it yields ``epochs x minibatches`` shuffled minibatches of the
+same rollout; for REINFORCE and A2C one batch. The engine takes an optimizer step per yielded
+batch and never knows it is doing RL. Iteration ends by itself once ``total_env_steps``
+environment steps have been taken.
 
-Gymnasium 1.x next-step autoreset: when step ``t`` ends an episode (terminated or truncated), it returns
-the episode's *final* observation; step ``t + 1`` then ignores its action, resets, and returns the first
-observation of the next episode with reward 0. That ``t + 1`` transition belongs to no episode and is
-never learned from (``valid`` mask). The final observation is still useful: the value computed at
-``t + 1`` is exactly the bootstrap a truncated episode needs (see :mod:`beyondfit.rl.returns`).
+Gymnasium 1.x next-step autoreset: when step ``t`` ends an episode (terminated or truncated), it
+returns the episode's *final* observation; step ``t + 1`` then ignores its action, resets, and
+returns the first observation of the next episode with reward 0. That ``t + 1`` transition
+belongs to no episode and is never learned from (the ``valid`` mask). The final observation is
+still useful: the value computed at ``t + 1`` is exactly the bootstrap a truncated episode needs
+(see :mod:`beyondfit.rl.returns`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.errors import BeyondfitError
-from beyondfit.rl.envs import action_converter
+from beyondfit.rl.envs import action_converter, observation_converter
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import gae_advantages
 
@@ -33,8 +35,10 @@ class RolloutBatch(NamedTuple):
 
     Attributes:
         obs: observations the actions were taken in, ``(B, *obs_shape)`` float32.
-        actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32 (unclipped).
-        logp: their log-probabilities under the policy that collected them (PPO's ratio denominator).
+        actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32
+            (unclipped).
+        logp: their log-probabilities under the policy that collected them (the denominator of
+            PPO's ratio).
         values: the critic's values at collection time.
         advantages: GAE (``lambda=1``: return minus baseline, i.e. REINFORCE with a baseline).
         returns: ``advantages + values``, the critic's regression target.
@@ -83,12 +87,10 @@ class RolloutCollector:
         for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
                             ("epochs", epochs), ("minibatches", minibatches)):
             if not isinstance(value, int) or value <= 0:
-                raise BeyondfitError(
-                    f"task.{name}={value!r} must be a positive integer, e.g. task.{name}=32"
-                )
+                raise BeyondfitError(f"{name}={value!r} must be a positive integer, e.g. {name}=32")
         for name, value in (("gamma", gamma), ("gae_lambda", gae_lambda)):
             if not 0.0 <= value <= 1.0:
-                raise BeyondfitError(f"task.{name}={value!r} must lie in [0, 1], e.g. task.{name}=0.99")
+                raise BeyondfitError(f"{name}={value!r} must lie in [0, 1], e.g. {name}=0.99")
         if minibatches > num_steps * envs.num_envs:
             raise BeyondfitError(
                 f"task.minibatches={minibatches} exceeds the rollout size "
@@ -121,7 +123,7 @@ class RolloutCollector:
 
     # ----------------------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[RolloutBatch]:
-        """Yield batches until ``total_env_steps``; a later call continues where this one stopped."""
+        """Yield batches until ``total_env_steps``; a later call continues from there."""
         device = next(self.policy.parameters()).device
         if self._generator is None or self._generator.device != device:
             self._generator = torch.Generator(device=device).manual_seed(self.seed)
@@ -131,9 +133,9 @@ class RolloutCollector:
             # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
             # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
             self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
-            self._prev_done[:] = False
-            self._ep_return[:] = 0
-            self._ep_length[:] = 0
+            n = self.envs.num_envs
+            self._prev_done = np.zeros(n, dtype=bool)
+            self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
         while self.env_steps < self.total_env_steps:
             batch = self._collect(device)
             for _ in range(self.epochs):
@@ -150,41 +152,35 @@ class RolloutCollector:
         """Run one rollout and return its valid transitions with advantages and returns."""
         T, N = self.num_steps, self.envs.num_envs
         policy, envs, to_env, gen = self.policy, self.envs, self._to_env, self._generator
-        rewards = np.zeros((T, N), dtype=np.float32)
-        terminated = np.zeros((T, N), dtype=bool)
-        truncated = np.zeros((T, N), dtype=bool)
-        valid = np.zeros((T, N), dtype=bool)
-        obs_steps, action_steps = [], []
-        next_obs, prev_done = self._next_obs, self._prev_done
-        ep_return, ep_length, finished = self._ep_return, self._ep_length, self._finished
+        to_obs = observation_converter(device)
+        # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
+        obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
+        next_obs = self._next_obs
         with torch.inference_mode():
-            for t in range(T):
-                # A copy: an env may legally reuse its observation buffer on the next step.
-                obs = torch.tensor(next_obs, dtype=torch.float32, device=device)
+            for _ in range(T):
+                obs = to_obs(next_obs)
                 action = policy.act(obs, generator=gen)
+                next_obs, reward, term, trunc, _ = envs.step(to_env(action))
                 obs_steps.append(obs)
                 action_steps.append(action)
-                next_obs, reward, term, trunc, _ = envs.step(to_env(action))
-                rewards[t], terminated[t], truncated[t] = reward, term, trunc
-                # The step after an episode's end is a reset: no episode's, never learned from.
-                valid[t] = step_valid = ~prev_done
-                prev_done = term | trunc
-                ep_return += reward  # a reset step's reward is 0
-                ep_length += step_valid
-                if prev_done.any():
-                    finished[0] += int(prev_done.sum())
-                    finished[1] += float(ep_return[prev_done].sum())
-                    finished[2] += int(ep_length[prev_done].sum())
-                    ep_return[prev_done] = 0.0
-                    ep_length[prev_done] = 0
-            obs_steps.append(torch.as_tensor(next_obs, dtype=torch.float32, device=device))
+                reward_steps.append(reward)
+                term_steps.append(term)
+                trunc_steps.append(trunc)
+            obs_steps.append(to_obs(next_obs))
             # The policy did not change during the rollout: values and log-probs of every step
             # come from one batched forward instead of T small ones.
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
             values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
             logp, _ = policy.log_prob_entropy(obs_all[:T].flatten(0, 1), actions.flatten(0, 1))
-        self._next_obs, self._prev_done = next_obs, prev_done
+        rewards = np.stack(reward_steps).astype(np.float32, copy=False)
+        terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
+        done = terminated | truncated
+        # The step after an episode's end is a reset: it belongs to no episode, never learned from.
+        valid = np.empty_like(done)
+        valid[0], valid[1:] = ~self._prev_done, ~done[:-1]
+        self._record_episodes(rewards, done, valid)
+        self._next_obs, self._prev_done = next_obs, done[-1]
         self.env_steps += T * N
         self.rollouts += 1
 
@@ -203,13 +199,33 @@ class RolloutCollector:
             returns=flat_adv + flat_values,
         )
 
+    def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
+        """Add the episodes that ended in this rollout to the statistics, without a per-step loop.
+
+        Per env, the running return (carried over from the previous rollout) summed up to the env's
+        last episode end is the total return of all its episodes that ended here; what follows
+        that point is carried into the next rollout. Lengths likewise, counting valid steps only.
+        """
+        run_return = self._ep_return + np.cumsum(rewards, axis=0)  # (T, N); a reset step adds 0
+        run_length = self._ep_length + np.cumsum(valid, axis=0)
+        ended = done.any(axis=0)
+        last = done.shape[0] - 1 - np.argmax(done[::-1], axis=0)  # last end row per env
+        envs = np.arange(done.shape[1])
+        return_at_last = np.where(ended, run_return[last, envs], 0.0)
+        length_at_last = np.where(ended, run_length[last, envs], 0)
+        self._finished[0] += int(done.sum())
+        self._finished[1] += float(return_at_last.sum())
+        self._finished[2] += int(length_at_last.sum())
+        self._ep_return = run_return[-1] - return_at_last
+        self._ep_length = run_length[-1] - length_at_last
+
     # ----------------------------------------------------------------------------- observability
     def metrics(self) -> dict[str, float]:
         """Statistics since the previous call, then restart them; cheap (no device sync).
 
-        Always ``env_steps`` (total so far); ``episode_return`` and ``episode_length`` (means over the
-        episodes that finished since the last call) only when at least one did: an empty interval
-        has no mean, and reporting NaN for it would poison plots and stop rules.
+        Always ``env_steps`` (total so far); ``episode_return`` and ``episode_length`` (means
+        over the episodes that finished since the last call) only when at least one did: an
+        empty interval has no mean, and reporting NaN for it would poison plots and stop rules.
         """
         episodes, return_sum, length_sum = self._finished
         out = {"env_steps": float(self.env_steps)}

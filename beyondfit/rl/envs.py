@@ -14,14 +14,16 @@ from beyondfit.rl.policies import check_spaces
 
 
 def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
-    """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying what is wrong.
+    """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
 
-    Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps all
-    copies), else ``SyncVectorEnv``: for small classic-control envs, subprocesses cost more than they save.
-    The envs are not reset here; the caller seeds them on its first reset.
+    Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps
+    all copies), else ``SyncVectorEnv``: for small classic-control envs, subprocesses cost more
+    than they save. The envs are not reset here; the caller seeds them on its first reset.
     """
     if not isinstance(num_envs, int) or num_envs <= 0:
-        raise BeyondfitError(f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8")
+        raise BeyondfitError(
+            f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8"
+        )
     try:
         spec = gym.spec(env_id)
     except gym.error.Error as e:
@@ -41,8 +43,9 @@ def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
     if autoreset != AutoresetMode.NEXT_STEP:
         envs.close()
         raise BeyondfitError(
-            f"env {env_id!r} vectorizes with autoreset mode {autoreset}, but the collector relies on "
-            "Gymnasium's default next-step autoreset; register the env without a custom vector entry point"
+            f"env {env_id!r} vectorizes with autoreset mode {autoreset}, but the collector "
+            "relies on Gymnasium's default next-step autoreset; register the env without a "
+            "custom vector entry point"
         )
     try:
         check_spaces(envs.single_observation_space, envs.single_action_space, env_id)
@@ -66,3 +69,14 @@ def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:
     assert isinstance(space, gym.spaces.Box)
     low, high, dtype = space.low, space.high, space.dtype
     return lambda a: np.clip(a.cpu().numpy(), low, high).astype(dtype, copy=False)
+
+
+def observation_converter(device: torch.device) -> Callable[[np.ndarray], torch.Tensor]:
+    """Return a fast function turning an env observation batch into a float32 tensor on ``device``.
+
+    It always copies (``astype``): an env may legally reuse its observation buffer on the next step,
+    and the collector keeps every step's tensor until the rollout ends.
+    """
+    if device.type == "cpu":
+        return lambda obs: torch.from_numpy(obs.astype(np.float32))
+    return lambda obs: torch.from_numpy(obs.astype(np.float32)).to(device, non_blocking=True)

@@ -16,8 +16,8 @@ class GreedyEvaluator:
     """``evaluator(model) -> {"val_return": ..., "val_length": ...}``: mean over greedy episodes.
 
     Runs ``episodes`` episodes at once, one per copy of a vector env that training never touches,
-    each taking the policy's most likely action. The envs are seeded once; later evaluations continue
-    their random stream, so each one sees fresh start states.
+    each taking the policy's most likely action. The envs are seeded once; later evaluations
+    continue their random stream, so each one sees fresh start states.
 
     Args:
         env_id: Gymnasium env id.

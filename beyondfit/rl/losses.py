@@ -1,8 +1,9 @@
-"""Policy-gradient algorithms as loss closures ``loss_fn(model, batch) -> dict`` over a RolloutBatch.
+"""Policy-gradient algorithms as loss closures ``loss_fn(model, batch) -> dict``.
 
-Each closure returns ``"loss"`` (what the engine differentiates) plus detached diagnostics, which the
-engine tracks as running means. What differs between the algorithms beyond these few lines lives in
-the collector settings: rollout length, GAE lambda, epochs and minibatches per rollout.
+Each closure takes a :class:`~beyondfit.rl.collector.RolloutBatch` and returns ``"loss"`` (what
+the engine differentiates) plus detached diagnostics, which the engine tracks as running means.
+What differs between the algorithms beyond these few lines lives in the collector settings:
+rollout length, GAE lambda, epochs and minibatches per rollout.
 """
 
 from __future__ import annotations

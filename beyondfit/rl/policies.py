@@ -1,4 +1,4 @@
-"""MLP policies: a categorical head for ``Discrete`` actions, a diagonal Gaussian for ``Box`` actions.
+"""MLP policies: categorical for ``Discrete`` actions, diagonal Gaussian for ``Box`` actions.
 
 The distribution is written out by hand (log-softmax, Gumbel-max sampling, Gaussian log-density)
 instead of ``torch.distributions``: building a validated ``Categorical`` per environment step costs
@@ -7,6 +7,7 @@ more than the MLP itself, and the rollout loop calls :meth:`ActorCritic.act` onc
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -26,16 +27,16 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
 def mlp(sizes: Sequence[int], out_gain: float, activation: str = "relu") -> nn.Sequential:
-    """MLP with orthogonal init (CleanRL's ``layer_init``): hidden gain sqrt(2), output ``out_gain``.
+    """MLP with orthogonal init (CleanRL's ``layer_init``): hidden gain sqrt(2), last ``out_gain``.
 
-    A small output gain (0.01) starts the actor near the uniform policy, which keeps early updates tame.
+    A small output gain (0.01) starts the actor near the uniform policy: early updates stay tame.
     """
     if activation not in ACTIVATIONS:
         raise BeyondfitError(
             f"unknown task.activation={activation!r}; choose one of {', '.join(ACTIVATIONS)}"
         )
     layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
         last = i == len(sizes) - 2
         linear = nn.Linear(fan_in, fan_out)
         nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
@@ -47,12 +48,12 @@ def mlp(sizes: Sequence[int], out_gain: float, activation: str = "relu") -> nn.S
 
 
 def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: str = "") -> None:
-    """Raise :class:`BeyondfitError` unless observations are a ``Box`` and actions ``Discrete`` or ``Box``."""
+    """Raise :class:`BeyondfitError` unless observations are Box and actions Discrete or Box."""
     where = f" of env {env_id!r}" if env_id else ""
     if not isinstance(observation_space, gym.spaces.Box):
         raise BeyondfitError(
-            f"observation space {observation_space}{where} is not supported: the MLP policies take a "
-            "Box (flat or multi-dimensional array); flatten it first, e.g. with "
+            f"observation space {observation_space}{where} is not supported: the MLP policies "
+            "take a Box (flat or multi-dimensional array); flatten it first, e.g. with "
             "gymnasium.wrappers.FlattenObservation, or pick another env with task.env=ID"
         )
     if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
@@ -70,8 +71,8 @@ class ActorCritic(nn.Module):
 
     Args:
         observation_space: a ``Box``; observations are flattened.
-        action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a learned,
-            state-independent log standard deviation.
+        action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a
+            learned, state-independent log standard deviation.
         hidden: hidden layer sizes of both MLPs.
         value_head: build the critic (all built-in losses use it as baseline or for GAE).
         log_std_init: initial log standard deviation of the Gaussian policy.
@@ -111,17 +112,17 @@ class ActorCritic(nn.Module):
         greedy: bool = False,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Sample actions (or take the most likely ones when ``greedy``) for a batch of observations.
+        """Sample actions (the most likely ones when ``greedy``) for a batch of observations.
 
-        Call it under ``torch.inference_mode()`` (the collector and evaluator do): it is the per-step
-        hot path, so it carries no grad-mode switch of its own. ``generator`` makes sampling
-        reproducible independently of the global RNG.
+        Call it under ``torch.inference_mode()`` (the collector and evaluator do): it is the
+        per-step hot path, so it carries no grad-mode switch of its own. ``generator`` makes
+        sampling reproducible independently of the global RNG.
         """
         out = self(obs)
         if self.discrete:
             if greedy:
                 return out.argmax(-1)
-            # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample, in 3 kernels.
+            # Gumbel-max: argmax(logits + Gumbel noise) is an exact categorical sample.
             noise = torch.empty_like(out).exponential_(generator=generator)
             return (out - noise.log()).argmax(-1)
         if not greedy:
@@ -132,7 +133,7 @@ class ActorCritic(nn.Module):
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probability of ``actions`` and entropy of the policy at ``obs``, each shape ``(B,)``."""
+        """Log-probability of ``actions`` and policy entropy at ``obs``, each shape ``(B,)``."""
         out = self(obs)
         if self.discrete:
             logp_all = out.log_softmax(-1)
@@ -149,6 +150,7 @@ class ActorCritic(nn.Module):
         """State values, shape ``(B,)``."""
         if self.critic is None:
             raise BeyondfitError(
-                "this policy has no value head but the loss needs one: build it with value_head=True"
+                "this policy has no value head but the loss needs one: build it with "
+                "value_head=True"
             )
         return self.critic(obs.flatten(1)).squeeze(-1)

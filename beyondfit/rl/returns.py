@@ -1,8 +1,9 @@
 """Discounted returns and generalized advantage estimation over a vector-env rollout.
 
-Every array is time-major, shape ``(T, N)`` for ``T`` steps of ``N`` environments. Row ``t`` holds the
-transition ``obs[t] --action[t]--> reward[t], terminated[t], truncated[t]``. ``values`` has one more
-row: ``values[T]`` is the value of the observation after the last step (the bootstrap).
+Every array is time-major, shape ``(T, N)`` for ``T`` steps of ``N`` environments. Row ``t``
+holds the transition ``obs[t] --action[t]--> reward[t], terminated[t], truncated[t]``. ``values``
+has one more row: ``values[T]`` is the value of the observation after the last step (the
+bootstrap).
 
 The rules, which hold for any autoreset mode as long as ``values[t + 1]`` is the value of the
 observation that step ``t`` returned:
@@ -73,8 +74,9 @@ def gae_advantages(
     """Generalized advantage estimates (Schulman et al. 2016), cut at every episode end.
 
     ``delta[t] = r[t] + gamma * values[t + 1] * (1 - terminated[t]) - values[t]`` and
-    ``A[t] = delta[t] + gamma * lambda * (1 - done[t]) * A[t + 1]`` with ``done = terminated | truncated``.
-    ``gae_lambda=1`` gives ``discounted_returns(...) - values[:-1]``; ``0`` gives the one-step TD error.
+    ``A[t] = delta[t] + gamma * lambda * (1 - done[t]) * A[t + 1]`` with
+    ``done = terminated | truncated``. ``gae_lambda=1`` gives
+    ``discounted_returns(...) - values[:-1]``; ``0`` gives the one-step TD error.
     The critic's target is ``A + values[:-1]``.
 
     Args:

@@ -1,0 +1,162 @@
+"""The rollout collector on tiny deterministic envs: autoreset boundaries, bootstraps, stats."""
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from beyondfit.rl.collector import RolloutCollector
+from beyondfit.rl.envs import make_vector_env
+from beyondfit.rl.policies import ActorCritic
+
+
+class CountEnv(gym.Env):
+    """Observation = steps taken in this episode; reward 1 per step; ends after ``length`` steps."""
+
+    observation_space = gym.spaces.Box(0.0, 1000.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, length: int = 3) -> None:
+        self.length = length
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t >= self.length, False, {}
+
+
+gym.register("BeyondfitTest/Count-v0", entry_point=CountEnv, kwargs={"length": 3})
+# Never terminates by itself: only the time limit (4 steps) truncates it.
+gym.register("BeyondfitTest/Timed-v0", entry_point=CountEnv, kwargs={"length": 10**9},
+             max_episode_steps=4)
+
+
+def constant_critic(policy: ActorCritic, value: float) -> ActorCritic:
+    last = policy.critic[-1]
+    torch.nn.init.zeros_(last.weight)
+    torch.nn.init.constant_(last.bias, value)
+    return policy
+
+
+def collector(env_id: str, num_envs: int = 2, **kwargs) -> RolloutCollector:
+    envs = make_vector_env(env_id, num_envs)
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+    kwargs = {"num_steps": 8, "total_env_steps": 10**6, "gamma": 1.0, "gae_lambda": 1.0, **kwargs}
+    return RolloutCollector(envs, policy, **kwargs)
+
+
+def test_reset_step_after_termination_is_never_learned_from():
+    col = collector("BeyondfitTest/Count-v0")
+    batch = next(iter(col))
+    # Per env: obs 0,1,2 (terminates), reset step on the final obs 3, obs 0,1,2 (terminates),
+    # reset step: 6 of 8 transitions are real, and the final observation is never an input.
+    assert batch.obs.shape == (12, 1)
+    assert sorted(batch.obs.flatten().tolist()) == [0.0] * 4 + [1.0] * 4 + [2.0] * 4
+    # gamma = lambda = 1 and every episode complete: return-to-go = 3 - steps so far.
+    assert torch.allclose(batch.returns, 3.0 - batch.obs.flatten())
+    assert col.env_steps == 16
+
+
+def test_truncation_bootstraps_from_the_final_observation():
+    col = collector("BeyondfitTest/Timed-v0", num_envs=1, num_steps=5, gamma=0.5)
+    constant_critic(col.policy, 5.0)
+    batch = next(iter(col))
+    # obs 0..3, truncated at obs 3 (final obs 4, value 5), then the reset step (dropped).
+    assert batch.obs.flatten().tolist() == [0.0, 1.0, 2.0, 3.0]
+    g3 = 1 + 0.5 * 5.0  # bootstrapped: not 1, which would treat the time limit as a real end
+    g2 = 1 + 0.5 * g3
+    g1 = 1 + 0.5 * g2
+    g0 = 1 + 0.5 * g1
+    assert torch.allclose(batch.returns, torch.tensor([g0, g1, g2, g3]))
+    assert torch.allclose(batch.advantages, batch.returns - 5.0)
+
+
+def test_rollout_end_bootstraps_from_the_next_value():
+    col = collector("BeyondfitTest/Timed-v0", num_envs=1, num_steps=2, gamma=0.5)
+    constant_critic(col.policy, 4.0)
+    batch = next(iter(col))
+    assert torch.allclose(batch.returns, torch.tensor([1 + 0.5 * (1 + 0.5 * 4.0), 1 + 0.5 * 4.0]))
+
+
+def test_episode_statistics_span_rollouts_and_skip_empty_intervals():
+    col = collector("BeyondfitTest/Count-v0", num_envs=1, num_steps=2)
+    batches = iter(col)
+    next(batches)  # steps obs 0, 1: no episode has ended yet
+    first = col.metrics()
+    assert first == {"env_steps": 2.0}  # no NaN for an empty interval: the keys are absent
+    next(batches)  # obs 2 (terminates after 3 steps), then the reset step
+    second = col.metrics()
+    assert second == {"env_steps": 4.0, "episode_return": 3.0, "episode_length": 3.0}
+    for _ in range(3):  # 6 more steps: two more whole episodes
+        next(batches)
+    third = col.metrics()
+    assert third["episode_return"] == 3.0 and third["episode_length"] == 3.0
+    assert all(math.isfinite(v) for v in third.values())
+
+
+def test_stops_after_the_env_step_budget_and_yields_epochs_of_minibatches():
+    col = collector("BeyondfitTest/Count-v0", total_env_steps=20, epochs=2, minibatches=3)
+    batches = list(col)
+    assert col.env_steps == 32  # two rollouts of 8 steps x 2 envs reach the budget of 20
+    assert len(batches) == 2 * col.batches_per_rollout == 12
+    first_epoch = batches[:3]
+    sizes = [b.obs.shape[0] for b in first_epoch]
+    assert sum(sizes) == 12 and max(sizes) - min(sizes) <= 1  # a partition of the rollout
+    assert list(col) == []  # exhausted: a second pass yields nothing
+
+
+def test_batches_are_ordinary_tensors_autograd_can_use():
+    col = collector("BeyondfitTest/Count-v0")
+    batch = next(iter(col))
+    assert not any(t.is_inference() for t in batch)
+    logp, _ = col.policy.log_prob_entropy(batch.obs, batch.actions)
+    (logp * batch.advantages).mean().backward()  # would raise on inference tensors
+
+
+def test_same_seed_same_rollouts():
+    def first_batches(seed):
+        torch.manual_seed(0)
+        col = collector("CartPole-v1", num_envs=4, seed=seed, epochs=2, minibatches=2)
+        it = iter(col)
+        return [next(it) for _ in range(4)]
+
+    a, b, c = first_batches(1), first_batches(1), first_batches(2)
+    for x, y in zip(a, b):
+        assert all(torch.equal(u, v) for u, v in zip(x, y))
+    assert not all(torch.equal(u, v) for u, v in zip(a[0], c[0]))
+
+
+def test_state_dict_round_trip():
+    col = collector("BeyondfitTest/Count-v0")
+    next(iter(col))
+    state = col.state_dict()
+    other = collector("BeyondfitTest/Count-v0")
+    other.load_state_dict(state)
+    assert other.env_steps == col.env_steps == 16 and other.rollouts == 1
+    assert torch.equal(state["generator"], col.state_dict()["generator"])
+    next(iter(other))  # resumes: reseeds the envs and continues counting
+    assert other.env_steps == 32
+
+
+def test_continuous_actions_are_clipped_for_the_env_only():
+    envs = make_vector_env("Pendulum-v1", 2)
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,),
+                         log_std_init=2.0)  # std ~7: many samples fall outside [-2, 2]
+    col = RolloutCollector(envs, policy, num_steps=16, total_env_steps=32)
+    batch = next(iter(col))
+    assert batch.actions.shape == (32, 1)
+    assert batch.actions.abs().max() > 2.0  # the learner keeps what the policy sampled
+
+
+@pytest.mark.parametrize("mode", ["CartPole-v1", "Acrobot-v1"])
+def test_vector_env_uses_next_step_autoreset(mode):
+    envs = make_vector_env(mode, 2)
+    assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    envs.close()

@@ -1,0 +1,147 @@
+"""The gym task through the one engine: bad input, learning, determinism, saving and playing."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from beyondfit.callbacks import StopRule
+from beyondfit.engine import Engine
+from beyondfit.errors import BeyondfitError
+from beyondfit.seeding import seed_everything
+from beyondfit.tasks.gym import build
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class DictObsEnv(gym.Env):
+    """An env whose observations are a Dict: the MLP policies do not take it."""
+
+    observation_space = gym.spaces.Dict({"x": gym.spaces.Box(-1.0, 1.0, (2,))})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        return self.observation_space.sample(), 0.0, True, False, {}
+
+
+class TupleActionEnv(DictObsEnv):
+    """Box observations but Tuple actions."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,))
+    action_space = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.Discrete(3)))
+
+
+gym.register("BeyondfitTest/DictObs-v0", entry_point=DictObsEnv)
+gym.register("BeyondfitTest/TupleAction-v0", entry_point=TupleActionEnv)
+
+
+@pytest.mark.parametrize(
+    ("options", "words"),
+    [
+        ({"env": "NoSuchEnv-v9"}, ["task.env='NoSuchEnv-v9'", "unknown"]),
+        ({"env": "BeyondfitTest/DictObs-v0"}, ["observation space", "Dict", "not supported"]),
+        ({"env": "BeyondfitTest/TupleAction-v0"}, ["action space", "Tuple", "not supported"]),
+        ({"algo": "dqn"}, ["task.algo='dqn'", "reinforce, a2c, ppo"]),
+        ({"num_envs": 0}, ["task.num_envs=0", "positive"]),
+        ({"num_envs": -3}, ["task.num_envs=-3", "positive"]),
+        ({"per_algo": {"a2c": {"rollout_steps": 0}}}, ["rollout_steps=0", "positive"]),
+        ({"gamma": 1.5}, ["task.gamma=1.5", "[0, 1]"]),
+        ({"gamma": -0.1}, ["task.gamma=-0.1", "[0, 1]"]),
+        ({"per_algo": {"a2c": {"gae_lambda": 2}}}, ["gae_lambda=2", "[0, 1]"]),
+        ({"per_algo": {"a2c": {"horizon": 5}}}, ["horizon", "task.per_algo.a2c"]),
+        ({"activation": "gelu"}, ["task.activation='gelu'", "relu, tanh"]),
+    ],
+)
+def test_bad_input_is_a_clear_error(options, words):
+    with pytest.raises(BeyondfitError) as info:
+        build(**options)
+    message = str(info.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def train(seed: int, total_env_steps: int, **options):
+    seed_everything(seed)
+    task = build(seed=seed, total_env_steps=total_env_steps, **options)
+    engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
+                    clip_norm=0.5, device="cpu")
+    engine.fit(task.train_data, val_data=task.val_data, eval_every=task.eval_every)
+    return task, engine
+
+
+def test_short_cartpole_run_improves_on_the_untrained_policy(tmp_path):
+    seed_everything(0)
+    untrained = build(seed=0)
+    before = untrained.val_data(untrained.model)["val_return"]
+    task, engine = train(0, total_env_steps=8192)
+    after = engine.last_val["val_return"]
+    assert after > before + 50, (before, after)
+    lines = task.finish(engine, tmp_path)
+    assert "CartPole-v1" in lines[0] and "8192 env steps" in lines[0]
+    assert (tmp_path / "policy.pt").is_file()
+    assert json.loads((tmp_path / "policy.json").read_text())["env"] == "CartPole-v1"
+
+
+@pytest.mark.parametrize("algo", ["reinforce", "ppo"])
+def test_every_algorithm_trains_through_the_engine(algo):
+    _, engine = train(0, total_env_steps=2048, algo=algo)
+    assert engine.global_step > 0 and "val_return" in engine.last_val
+    assert np.isfinite(engine.history[-1]["loss"])
+
+
+def test_same_seed_same_result_on_cpu():
+    (_, a), (_, b) = train(3, 2048), train(3, 2048)
+    for (name, x), y in zip(a.model.state_dict().items(), b.model.state_dict().values()):
+        assert torch.equal(x, y), name
+    assert a.history == b.history
+
+
+def test_continuous_task_builds_and_steps():
+    _, engine = train(0, total_env_steps=1024, env="Pendulum-v1", algo="ppo",
+                      per_algo={"ppo": {"rollout_steps": 64, "epochs": 2, "minibatches": 2}})
+    assert engine.global_step == 2 * 2 * 2  # 2 rollouts of 64 x 8 env steps, 4 batches each
+
+
+def test_stop_rule_ends_training_at_the_target():
+    seed_everything(0)
+    task = build(seed=0, total_env_steps=10**6, eval_every_env_steps=1024)
+    engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
+                    device="cpu", callbacks=[StopRule("val_return>=40")])
+    engine.fit(task.train_data, val_data=task.val_data, eval_every=task.eval_every)
+    assert engine.stopped_by is not None and engine.last_val["val_return"] >= 40
+    assert task.train_data.env_steps < 10**6
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": ""})
+
+
+def test_cli_bad_algo_is_one_line_and_exit_2(tmp_path):
+    done = cli("beyondfit", "+task=cartpole", "task.algo=dqn", f"hydra.run.dir={tmp_path}",
+               cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "task.algo='dqn'" in done.stderr
+
+
+@pytest.mark.slow
+def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
+    run_dir = tmp_path / "run"
+    done = cli("beyondfit", "+task=cartpole", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "CartPole-v1 solved" in done.stdout + done.stderr
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert any(row.get("val_return", 0) >= 475 for row in rows)
+    played = cli("beyondfit.play", str(run_dir), "--episodes", "3", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert "mean return" in played.stdout
