@@ -131,10 +131,11 @@ class Checkpointer(Callback):
 
     def on_step_end(self, engine: Engine) -> None:
         """Every ``every`` optimizer steps; and a pending best after this step's evaluation."""
+        new_best = self._take_best(engine)
         saved = None
         if self.every is not None and engine.global_step % self.every == 0:
             saved = self.save(engine)
-        if self._pending_best is not None:
+        if new_best:
             self._save_best(engine, saved)
 
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
@@ -148,13 +149,14 @@ class Checkpointer(Callback):
     def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Save a best value set by this epoch's closing evaluation or its history row."""
         self._consider(logs)
-        if self._pending_best is not None:
+        if self._take_best(engine):
             self._save_best(engine, None)
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """The final checkpoint (also taken when a signal interrupted the run)."""
+        new_best = self._take_best(engine)
         saved = self.save(engine)
-        if self._pending_best is not None:
+        if new_best:
             self._save_best(engine, saved)
         if self.monitor and self.best is None and _is_writer():
             log.warning(
@@ -188,10 +190,16 @@ class Checkpointer(Callback):
         if reference is None or (value < reference if self.mode == "min" else value > reference):
             self._pending_best = value
 
-    def _save_best(self, engine: Engine, saved: Path | None) -> None:
-        # Update the record first: the state written below then carries it.
+    def _take_best(self, engine: Engine) -> bool:
+        # Record a pending best before anything is written, so every file written from
+        # now on (the periodic one, best.pt) carries the new record.
+        if self._pending_best is None:
+            return False
         self.best, self.best_step = self._pending_best, engine.global_step
         self._pending_best = None
+        return True
+
+    def _save_best(self, engine: Engine, saved: Path | None) -> None:
         if not _is_writer():
             return
         target = self.directory / BEST_FILE
