@@ -16,6 +16,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from beyondfit.checkpointing import resume_run_dir
+from beyondfit.distributed import (
+    end_jobs,
+    follow_jobs,
+    init_process_group,
+    launch_env,
+    share_job,
+    shutdown,
+)
 from beyondfit.errors import BeyondfitError
 from beyondfit.interrupt import TrainingInterrupted
 from beyondfit.run import CONF_DIR, available, no_task_message, run
@@ -60,8 +68,10 @@ def check_choices(args: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: DictConfig) -> None:
+    # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
+    cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
     try:
-        run(cfg, HydraConfig.get().runtime.output_dir)
+        run(cfg, run_dir)
     except BeyondfitError as exc:
         fail(str(exc))
     except TrainingInterrupted as exc:
@@ -106,10 +116,32 @@ def resume_overrides(args: list[str]) -> list[str]:
     return [f"hydra.run.dir={text}", "hydra.output_subdir=.hydra/resume"]
 
 
+def _follow(cfg: DictConfig, run_dir: str) -> None:
+    """A non-zero torchrun rank: run the job rank 0 composed, in rank 0's run directory."""
+    try:
+        run(cfg, run_dir)
+    except BeyondfitError as exc:
+        fail(str(exc))
+    except TrainingInterrupted as exc:
+        sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
+
+
 def main() -> None:
     """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
     check_choices(sys.argv[1:])
     sys.argv += resume_overrides(sys.argv[1:])
+    try:
+        env = launch_env()
+    except BeyondfitError as exc:
+        fail(str(exc))
+    if env is not None and env.world_size > 1:
+        # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
+        # (one run directory, one .hydra/, one log) and sends every job to the others.
+        init_process_group(env)
+        if env.rank != 0:
+            follow_jobs(_follow)
+            shutdown()
+            return
     try:
         _app()
     except SystemExit as exc:
@@ -117,6 +149,8 @@ def main() -> None:
         if exc.code == 1:
             sys.exit(2)
         raise
+    end_jobs()  # no more jobs: the other ranks return (no-op in one process)
+    shutdown()
 
 
 if __name__ == "__main__":

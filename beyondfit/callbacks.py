@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
 
 class Callback:
-    """Base class: every hook is a no-op. ``logs`` are plain floats, already synchronised."""
+    """Base class: every hook is a no-op. ``logs`` are plain floats, already synchronised.
+
+    Under DDP every rank runs the callbacks with the same ``logs`` (reduced over ranks), so
+    decisions such as stop rules agree; callbacks that write (files, console, plots) set
+    ``rank_zero_only = True`` and run on rank 0 alone.
+    """
+
+    #: Run on rank 0 only when several processes train together (writers, printers).
+    rank_zero_only: bool = False
 
     def on_fit_start(self, engine: Engine) -> None:
         """Training is about to start (or resume)."""

@@ -61,9 +61,22 @@ class TensorBatches:
         self.drop_last = drop_last
         self._pass = 0  # the pass in progress (or next)
         self._position = 0  # batches of it already handed out
+        self._rank, self._world = 0, 1  # see shard()
+
+    def shard(self, rank: int, world_size: int) -> None:
+        """Keep only rank ``rank``'s share of every pass (for DDP; called by the engine).
+
+        Every rank permutes the rows the same way (same seed), pads the order by wrapping
+        around to a multiple of ``world_size`` (as ``DistributedSampler`` does), and takes
+        rows ``rank, rank + world_size, ...``: disjoint shards of equal length, so every rank
+        takes the same number of steps. ``batch_size`` stays per rank.
+        """
+        if not 0 <= rank < world_size:
+            raise BeyondfitError(f"rank={rank} is not in a group of {world_size} processes")
+        self._rank, self._world = int(rank), int(world_size)
 
     def __len__(self) -> int:
-        n = len(self.tensors[0])
+        n = -(-len(self.tensors[0]) // self._world)  # rows of this rank's shard
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
 
     def to(self, device: torch.device | str) -> TensorBatches:
@@ -74,9 +87,17 @@ class TensorBatches:
     def __iter__(self) -> Iterator[Any]:
         start = self._position
         tensors = self.tensors
+        order = None
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self._pass)
-            order = torch.randperm(len(tensors[0]), generator=generator).to(tensors[0].device)
+            order = torch.randperm(len(tensors[0]), generator=generator)
+        if self._world > 1:
+            n = len(tensors[0])
+            order = torch.arange(n) if order is None else order
+            padded = -(-n // self._world) * self._world
+            order = order.repeat(-(-padded // n))[:padded][self._rank :: self._world]
+        if order is not None:
+            order = order.to(tensors[0].device)
             tensors = tuple(t[order] for t in tensors)
         bs = self.batch_size
         for i in range(start, len(self)):

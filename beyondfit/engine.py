@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,8 @@ from torch import nn
 
 from beyondfit.callbacks import Callback, overrides
 from beyondfit.checkpoint import atomic_save, mismatched_keys, rng_state, safe_load, set_rng_state
-from beyondfit.device import move_to_device, resolve_device
+from beyondfit.device import move_to_device
+from beyondfit.distributed import Strategy, resolve_strategy
 from beyondfit.errors import BeyondfitError
 from beyondfit.metrics import MetricTracker, is_metric_object
 
@@ -70,6 +72,11 @@ class Engine:
             after ``max_skips`` in a row; ``"ignore"`` does not check (no per-step sync).
         log_every: optimizer steps between ``on_log`` callbacks (the only host syncs).
         track_grad_norm: log ``grad_norm`` even without ``clip_norm``.
+        strategy: ``"auto"`` (DDP when torchrun started several processes), ``"none"``,
+            ``"ddp"``, or a :class:`~beyondfit.distributed.Strategy` instance. Under DDP
+            each rank trains on its shard of the data, gradients are all-reduced at the
+            accumulation boundary, logged values are means over all ranks, and callbacks
+            with ``rank_zero_only = True`` run on rank 0 only.
 
     Example:
         >>> engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-3))
@@ -94,6 +101,7 @@ class Engine:
         max_skips: int = 10,
         log_every: int = 50,
         track_grad_norm: bool = False,
+        strategy: str | Strategy = "auto",
     ) -> None:
         if not isinstance(model, nn.Module):
             raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -112,7 +120,9 @@ class Engine:
         if key not in _PRECISIONS:
             raise BeyondfitError(f"precision={precision!r}; use 32, bf16 or 16")
 
-        self.device = resolve_device(device)
+        # "auto": DDP when torchrun started several processes (beyondfit.distributed).
+        self.strategy = resolve_strategy(strategy)
+        self.device = self.strategy.setup_device(device)
         self.model = model.to(self.device)
         self.loss_fn = loss_fn
         self.params = [p for p in self.model.parameters() if p.requires_grad]
@@ -135,18 +145,27 @@ class Engine:
         self.scaler = (
             torch.amp.GradScaler(self.device.type) if self.amp_dtype is torch.float16 else None
         )
-        self.callbacks: list[Callback] = list(callbacks)
+        # Writers (metrics files, console, plots) run on rank 0 only.
+        self.callbacks: list[Callback] = [
+            cb for cb in callbacks
+            if self.strategy.is_main or not getattr(cb, "rank_zero_only", False)
+        ]
 
         # The module the closure is given: the model itself, or a compiled/DDP wrapper.
-        self.forward_model: nn.Module = self.model
         self._compile_pending = bool(compile)
-        if compile:
-            self.forward_model = torch.compile(self.model)
+        self.forward_model: Any = self.strategy.wrap(
+            self.model, torch.compile(self.model) if compile else None
+        )
 
         # Non-blocking copies only make sense host -> CUDA (and need pinned memory to overlap).
         self._non_blocking = self.device.type == "cuda"
         self.train_metrics = MetricTracker()
         self.val_metrics = MetricTracker()
+        # Under DDP, logged values are reduced over all ranks (a collective at compute time).
+        self.train_metrics.reducer = self.val_metrics.reducer = self.strategy.metric_reducer()
+        # fp16: optimizer steps the GradScaler skipped (inf/NaN gradients), per interval.
+        self.train_metrics.totals.add("overflow_steps")
+        self._window_synced = False  # did a backward of this window all-reduce gradients?
 
         # Counters (all saved in checkpoints).
         self.global_step = 0  # optimizer steps applied
@@ -179,24 +198,31 @@ class Engine:
         if not self.model.training:
             self.model.train()
         batch = move_to_device(batch, self.device, self._non_blocking)
-        with self._autocast():
-            out = self._call_closure(batch)
-        loss, logs = _unpack(out, training=True)
-        self._micro += 1
-        # .item() is the one per-step sync (cheapest scalar check there is); "ignore" skips it.
-        if self.on_nonfinite != "ignore" and not math.isfinite(loss.item()):
-            self._nonfinite(loss, logs)
-        else:
-            self._consecutive_skips = 0
-            self._window_applied += 1
-            if self.accumulate > 1:
-                loss = loss / self.accumulate
-            with self._sync_context():
+        boundary = self._micro + 1 >= self.accumulate  # this backward completes the window
+        # DDP decides in the forward whether the backward all-reduces: both go inside.
+        with self._sync_context(boundary):
+            with self._autocast():
+                out = self._call_closure(batch)
+            loss, logs = _unpack(out, training=True)
+            self._micro += 1
+            # .item() is the one per-step sync (cheapest scalar check there is); "ignore"
+            # skips it. Under DDP the ranks agree, so all of them skip or none does.
+            if self.on_nonfinite != "ignore" and not self.strategy.all_finite(loss):
+                if boundary:  # DDP armed an all-reduce in this forward: complete it
+                    self.strategy.skipped_boundary(self.params)
+                    self._window_synced = True
+                self._nonfinite(loss, logs)
+            else:
+                self._consecutive_skips = 0
+                self._window_applied += 1
+                if self.accumulate > 1:
+                    loss = loss / self.accumulate
                 if self.scaler is not None:
                     self.scaler.scale(loss).backward()
                 else:
                     loss.backward()
-            self.train_metrics.update(logs)
+                self._window_synced = self._window_synced or boundary
+                self.train_metrics.update(logs)
         if self._micro >= self.accumulate:
             self._optimizer_step()
 
@@ -214,18 +240,22 @@ class Engine:
                 type(exc).__name__,
                 str(exc).splitlines()[0][:200] if str(exc) else "",
             )
-            self.forward_model = self.model
+            self.forward_model = self.strategy.wrap(self.model)
             return self.loss_fn(self.forward_model, batch)
 
     def _optimizer_step(self) -> None:
         applied = self._window_applied
         self._micro = 0
         self._window_applied = 0
+        synced, self._window_synced = self._window_synced, False
         if applied == 0:  # every micro-batch of the window was skipped: nothing to apply
             self.optimizer.zero_grad(set_to_none=True)
             return
+        if not synced:  # a partial window at the end of the data ran under no_sync
+            self.strategy.sync_gradients(self.params)
         if self.scaler is not None:
             self.scaler.unscale_(self.optimizer)  # clip real gradients, not scaled ones
+            self._count_overflow()
         if self.track_grad_norm:
             max_norm = self.clip_norm if self.clip_norm is not None else math.inf
             norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
@@ -238,7 +268,14 @@ class Engine:
         else:
             self.optimizer.step()
         if self.scheduler is not None:
-            self.scheduler.step()
+            if self.scaler is not None and self.global_step == 0:
+                # The schedule counts optimizer steps, skipped or not; torch warns (once) when
+                # the scaler skipped the very first one, which fp16 runs often do.
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
+                    self.scheduler.step()
+            else:
+                self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
 
@@ -273,12 +310,24 @@ class Engine:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def _sync_context(self) -> contextlib.AbstractContextManager[Any]:
+    def _sync_context(self, boundary: bool) -> contextlib.AbstractContextManager[Any]:
         """Gradient sync for wrapped (DDP) models: only at the accumulation boundary."""
         no_sync = getattr(self.forward_model, "no_sync", None)
-        if no_sync is not None and self._micro < self.accumulate:
+        if no_sync is not None and not boundary:
             return no_sync()
         return contextlib.nullcontext()
+
+    def _count_overflow(self) -> None:
+        # After unscale_, the scaler knows (on the device) whether the gradients hold inf/NaN,
+        # in which case scaler.step skips the update: count it without a host sync.
+        try:
+            found = self.scaler._found_inf_per_device(self.optimizer)  # type: ignore[union-attr]
+        except (AttributeError, KeyError, RuntimeError):  # a torch without this helper
+            return
+        if found:
+            flags = [f.to(self.device).reshape(()) for f in found.values()]
+            overflow = torch.stack(flags).amax()
+            self.train_metrics.update({"overflow_steps": overflow})
 
     # ------------------------------------------------------------------ the loop
     def fit(
@@ -313,6 +362,8 @@ class Engine:
             raise BeyondfitError(
                 f"train_data must be an iterable of batches, got {type(train_data).__name__}"
             )
+        # Under DDP: this rank's shard (DistributedSampler, TensorBatches.shard, ...).
+        train_data = self.strategy.shard_train(train_data)
         self.train_data = train_data
         if self._pending_data_state is not None and hasattr(train_data, "load_state_dict"):
             train_data.load_state_dict(self._pending_data_state)
@@ -329,6 +380,7 @@ class Engine:
             if not resuming:
                 self.train_metrics.reset()
             self._emit("on_epoch_start")
+            self.strategy.set_epoch(train_data, self.epoch)  # distributed samplers reshuffle
             batches: Iterable[Any] = train_data
             if resuming and self.data_exhausted:
                 # Saved after the data ran out (in the final partial window's step): the
@@ -363,7 +415,7 @@ class Engine:
                     "train_data yielded no batches; check the data source and the batch size"
                 )
             finished_epoch = not self.should_stop or self._epoch_exhausted()
-            logs = self.train_metrics.compute()
+            logs = self._train_logs()
             if val_data is not None and self.evaluated_at != self.global_step:
                 self._run_eval(val_data)  # every history row carries current val_ values
             logs.update(self.last_val)
@@ -382,7 +434,7 @@ class Engine:
     ) -> None:
         """After an optimizer step: log row, evaluation, step budget, then ``on_step_end``."""
         if self.global_step % self.log_every == 0:
-            self._emit("on_log", self.train_metrics.compute())
+            self._emit("on_log", self._train_logs())
         if val_data is not None and eval_every and self.global_step % eval_every == 0:
             self._run_eval(val_data)
             self.evaluated_at = self.global_step
@@ -391,6 +443,24 @@ class Engine:
         # Last, so a checkpoint written here includes this step's log rows.
         for callback in step_hooks:
             callback.on_step_end(self)
+        # Under DDP a stop on one rank (a signal, a callback) stops every rank here.
+        self.should_stop, self.interrupted = self.strategy.agree_stop(
+            self.should_stop, self.interrupted
+        )
+
+    def _train_logs(self) -> dict[str, float]:
+        """The tracked means, plus what the training data reports about itself.
+
+        A data source with ``metrics() -> {name: float}`` (a rollout collector: ``env_steps``,
+        episode returns) adds those values; names in its ``metric_totals`` are counts, summed
+        over ranks under DDP, the others are averaged over ranks.
+        """
+        logs = self.train_metrics.compute()
+        report = getattr(self.train_data, "metrics", None)
+        if callable(report):
+            totals = getattr(self.train_data, "metric_totals", ())
+            logs.update(self.strategy.reduce_report(report(), totals))
+        return logs
 
     def _epoch_exhausted(self) -> bool:
         # Stopped on the last batch of the data? Then the epoch did finish.
@@ -410,14 +480,17 @@ class Engine:
         """
         was_training = self.model.training
         self.model.eval()
+        # Under DDP (every rank calls evaluate): rank 0's buffers, and each rank scores
+        # its share of the batches; compute() then reduces over ranks.
+        self.strategy.sync_buffers(self.model)
         self.val_metrics.objects.update(self.train_metrics.objects)
         self.val_metrics.reset()
         try:
             with torch.inference_mode(), self._autocast():
                 if callable(data) and not isinstance(data, Iterable):
-                    raw = dict(data(self.model))
+                    raw = self.strategy.reduce_mapping(data(self.model))
                 else:
-                    for batch in data:
+                    for batch in self.strategy.shard_eval(data):
                         batch = move_to_device(batch, self.device, self._non_blocking)
                         _, logs = _unpack(self.loss_fn(self.model, batch), training=False)
                         self.val_metrics.update(logs)

@@ -28,6 +28,8 @@ class MetricsFile(Callback):
     cuts the file back to that many rows, so rows are never duplicated or lost.
     """
 
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.rows = 0
@@ -82,6 +84,8 @@ class ConsoleLogger(Callback):
     ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Lines go to the
     ``beyondfit`` logger, so Hydra's job log captures them too.
     """
+
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
 
     def __init__(self, epochs: int | None = None, every: int = 1) -> None:
         self.epochs = epochs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -33,6 +33,12 @@ class MetricTracker:
         self._sums: dict[str, torch.Tensor] = {}
         self._counts: dict[str, int] = {}
         self.objects: dict[str, Any] = {}
+        #: Names reported as the sum since the last reset (counts of events), not the mean.
+        self.totals: set[str] = set()
+        #: Set by a distributed strategy: ``reducer(sums, counts, totals, updated_objects)``
+        #: returns ``(values, objects_to_compute)`` over all ranks. It is a collective, so
+        #: every rank must call :meth:`compute` at the same points.
+        self.reducer: Callable[..., tuple[dict[str, float], list[str]]] | None = None
 
     def update(self, logs: Mapping[str, Any]) -> None:
         """Add one step's entries (already validated as scalars or metric objects)."""
@@ -59,23 +65,32 @@ class MetricTracker:
                 self.objects[name] = value
 
     def compute(self) -> dict[str, float]:
-        """Means since the last reset, as floats (one host sync for all tensor entries).
+        """Means (sums for :attr:`totals`) since the last reset, as floats (one host sync).
 
         Names with no updates and metric objects never updated are left out rather than
         reported as NaN: an empty interval has no value.
         """
         logs: dict[str, float] = {}
-        if self._sums:
+        objects = self.objects
+        if self.reducer is not None:
+            updated = {n: getattr(m, "update_count", 1) != 0 for n, m in self.objects.items()}
+            reduced, active = self.reducer(self._sums, self._counts, self.totals, updated)
+            logs.update(reduced)
+            objects = {n: self.objects[n] for n in active}
+        elif self._sums:
             names = list(self._sums)
             devices = {self._sums[n].device for n in names}
-            means = [self._sums[n] / self._counts[n] for n in names]
+            means = [
+                self._sums[n] if n in self.totals else self._sums[n] / self._counts[n]
+                for n in names
+            ]
             if len(devices) == 1:
                 values = torch.stack(means).tolist()
             else:
                 values = [m.item() for m in means]
             logs.update(zip(names, values))
-        for name, metric in self.objects.items():
-            if getattr(metric, "update_count", 1) == 0:
+        for name, metric in objects.items():
+            if getattr(metric, "update_count", 1) == 0 and self.reducer is None:
                 continue
             value = metric.compute()
             if isinstance(value, torch.Tensor):

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from beyondfit.callbacks import Callback, StopRule
 from beyondfit.checkpointing import CHECKPOINT_DIR, Checkpointer, config_changes, resume
+from beyondfit.distributed import resolve_strategy
 from beyondfit.engine import Engine
 from beyondfit.errors import BeyondfitError
 from beyondfit.interrupt import GracefulInterrupt
@@ -45,23 +46,30 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     started = time.perf_counter()
     if cfg.get("task") is None:
         raise BeyondfitError(no_task_message())
+    # Under torchrun every rank runs this with the same config and run_dir (rank 0 composed
+    # both, beyondfit.distributed.share_job); only rank 0 creates or writes files.
+    strategy = resolve_strategy((cfg.get("engine") or {}).get("strategy", "auto"))
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if strategy.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
     task = build_task(cfg.task)
+    # This rank's shard, before the scheduler is told the run's length in steps.
+    task.train_data = strategy.shard_train(task.train_data)
     optimizer = build_optimizer(cfg.optimizer)
     train = cfg.train
     callbacks: list[Callback] = [
         MetricsFile(run_dir / "metrics.jsonl"),
         ConsoleLogger(epochs=int(train.epochs), every=max(1, int(train.epochs) // 20)),
-    ]
+    ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
     options = _engine_options(cfg.engine)
+    options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
     # handler stops the run only once every other on_fit_end has run.
     checkpointer = build_checkpointer(cfg, run_dir)
@@ -74,6 +82,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
         scheduler=build_scheduler(cfg.get("scheduler"), task, train, options.get("accumulate", 1)),
         device=str(cfg.device),
         callbacks=callbacks,
+        strategy=strategy,
         **options,
     )
     if cfg.get("resume"):
@@ -88,9 +97,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
         )
     if engine.stopped_by:
         log.info("stopped early: %s", engine.stopped_by)
-    if task.finish is not None:
+    if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
         for line in task.finish(engine, run_dir) or []:
             log.info("%s", line)
+    elif not strategy.is_main:
+        for data in (task.train_data, task.val_data):  # e.g. this rank's environments
+            close = getattr(data, "close", None)
+            if callable(close):
+                close()
     log.info(
         "done in %.1fs: %d optimizer steps; metrics in %s",
         time.perf_counter() - started,
@@ -214,7 +228,7 @@ def _engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
     assert isinstance(options, Mapping)
     known = {
         "precision", "clip_norm", "clip_value", "accumulate", "compile", "on_nonfinite",
-        "max_skips", "log_every", "track_grad_norm",
+        "max_skips", "log_every", "track_grad_norm", "strategy",
     }  # fmt: skip
     unknown = sorted(set(options) - known)
     if unknown:
