@@ -1,0 +1,196 @@
+"""Process-level: kill -9 / Ctrl-C a command-line training run at random points, resume it
+each time, and end bitwise equal to an uninterrupted run, with every metrics row exactly once.
+
+Each step of the child process is slowed by a few milliseconds (a wrapper patches
+``Engine.step`` with a sleep; the numbers are untouched) so that kills land inside training
+rather than in the seconds of start-up. The points are random: the seed is printed on
+failure (set BEYONDFIT_TEST_SEED to replay one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from beyondfit.checkpoint import safe_load
+from beyondfit.checkpointing import step_checkpoints
+
+# Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
+WRAPPER = """
+import os, sys, time
+import beyondfit.engine as engine_module
+from beyondfit.__main__ import main
+delay = float(os.environ["STEP_DELAY"])
+step = engine_module.Engine.step
+def slowed(self, batch):
+    time.sleep(delay)
+    return step(self, batch)
+engine_module.Engine.step = slowed
+main()
+"""
+QUIET = ["device=cpu", "progress.bar=false", "plots=false", "engine.log_every=1"]
+TASKS = {
+    # task: (overrides, optimizer steps in the whole run)
+    "regression": (["+task=regression", "train.epochs=4", "checkpoint.every=3"], 48),
+    "autoencoder": (["+task=autoencoder", "train.epochs=2", "checkpoint.every=4",
+                     "task.hidden=[32]"], 46),
+}
+SEED = int(os.environ.get("BEYONDFIT_TEST_SEED", time.time_ns() % 2**31))
+
+
+def launch(args: list[str], cwd: Path, delay: float = 0.02) -> subprocess.Popen:
+    env = {**os.environ, "STEP_DELAY": str(delay), "PYTHONUNBUFFERED": "1"}
+    out = (cwd / f"launch-{time.time_ns()}.log").open("w")
+    return subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=cwd, env=env,
+                            stdout=out, stderr=subprocess.PIPE, text=True)
+
+
+def last_step(run_dir: Path) -> int:
+    """The step of the newest complete row of metrics.jsonl (0 when there is none)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        if line.endswith("\n"):
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError):
+                return 0
+    return 0
+
+
+def stop_at(proc: subprocess.Popen, run_dir: Path, step: int, signum: int,
+            rng: random.Random) -> None:
+    """Send ``signum`` once the run logged ``step`` (plus a random fraction of a step)."""
+    deadline = time.monotonic() + 600
+    while last_step(run_dir) < step or not step_checkpoints(run_dir / "checkpoints"):
+        assert proc.poll() is None, f"the run ended before step {step}: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.003)
+    time.sleep(rng.uniform(0, 0.03))  # anywhere in the step: compute, rows, checkpoint write
+    assert proc.poll() is None, f"the run ended before the signal at step {step}"
+    proc.send_signal(signum)
+
+
+def comparable(row: dict) -> dict:
+    # Wall-clock figures differ between any two runs; everything else must be identical.
+    return {k: v for k, v in row.items() if not re.search(r"time|per_s|sps|elapsed", k)}
+
+
+def rows(run_dir: Path) -> list[dict]:
+    text = (run_dir / "metrics.jsonl").read_text()
+    return [comparable(json.loads(line)) for line in text.splitlines()]
+
+
+def reference_run(task: str, tmp_path: Path) -> Path:
+    """The uninterrupted run, in this process (same code path as the CLI's)."""
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.run import CONF_DIR, run
+
+    ref_dir = tmp_path / "reference"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*TASKS[task][0], *QUIET])
+    run(cfg, ref_dir)
+    return ref_dir
+
+
+def assert_same_end(run_dir: Path, ref_dir: Path, steps: int, context: str) -> None:
+    final = f"step-{steps:08d}.pt"
+    got = safe_load(run_dir / "checkpoints" / final)
+    expected = safe_load(ref_dir / "checkpoints" / final)
+    for key, value in expected["model"].items():
+        assert torch.equal(got["model"][key], value), f"{key} differs ({context})"
+    assert got["counters"] == expected["counters"], context
+    got_rows, expected_rows = rows(run_dir), rows(ref_dir)
+    assert got_rows == expected_rows, context
+    train_steps = [r["step"] for r in got_rows if r["kind"] == "train"]
+    assert train_steps == list(range(1, steps + 1)), context  # no gap, no duplicate
+    epochs = [r["epoch"] for r in got_rows if r["kind"] == "epoch"]
+    assert epochs == list(range(1, len(epochs) + 1)), context
+
+
+def interrupted_runs(task: str, tmp_path: Path, signals: list[int]) -> Path:
+    """Start the run, stop it with each of ``signals`` at random steps (resuming in between),
+    then let the last resume finish. Returns the run directory."""
+    rng = random.Random(f"{SEED}-{task}")
+    overrides, steps = TASKS[task]
+    run_dir = tmp_path / "run"
+    args = [*overrides, *QUIET, f"hydra.run.dir={run_dir}"]
+    points = sorted(rng.sample(range(4, steps - 6), len(signals)))
+    resume_args: list[str] | None = None
+    for signum, point in zip(signals, points):
+        proc = launch(args if resume_args is None else resume_args, tmp_path)
+        stop_at(proc, run_dir, point, signum, rng)
+        _, stderr = proc.communicate(timeout=600)
+        context = f"seed {SEED}, {signal.Signals(signum).name} at step {point}"
+        if signum == signal.SIGKILL:
+            assert proc.returncode == -signal.SIGKILL, f"{context}: {stderr}"
+        else:
+            code = {signal.SIGINT: 130, signal.SIGTERM: 143}[signum]
+            assert proc.returncode == code, f"{context}: {stderr}"
+            assert "checkpoint written:" in stderr, stderr
+            command = stderr.split("resume with: ", 1)[1].strip().splitlines()[0]
+            assert command.startswith("python -m beyondfit ") and f"resume={run_dir}" in command
+            assert step_checkpoints(run_dir / "checkpoints")
+        resume_args = [*overrides, *QUIET, f"resume={run_dir}"]
+        if signum != signal.SIGKILL:
+            resume_args = shlex.split(command)[3:]  # exactly what the message said to run
+    proc = launch(resume_args or args, tmp_path, delay=0.0)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    return run_dir
+
+
+def test_kill9_then_ctrl_c_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
+    ref_dir = reference_run("regression", tmp_path)
+    run_dir = interrupted_runs("regression", tmp_path, [signal.SIGKILL, signal.SIGINT])
+    assert_same_end(run_dir, ref_dir, TASKS["regression"][1], f"seed {SEED}")
+    # The resumed runs continued in the same directory; Hydra kept the first run's record.
+    assert (run_dir / ".hydra" / "overrides.yaml").read_text().count("resume=") == 0
+    assert "resume=" in (run_dir / ".hydra" / "resume" / "overrides.yaml").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["regression", "autoencoder"])
+def test_many_random_kills_then_resume_equals_uninterrupted(tmp_path: Path, task: str) -> None:
+    if not (Path(__file__).resolve().parents[1] / "conf" / "task" / f"{task}.yaml").exists():
+        pytest.fail(f"conf/task/{task}.yaml is missing")
+    ref_dir = reference_run(task, tmp_path)
+    kills = [signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL]
+    run_dir = interrupted_runs(task, tmp_path, kills)
+    assert_same_end(run_dir, ref_dir, TASKS[task][1], f"seed {SEED}, {task}")
+
+
+# ---------------------------------------------------------------- user errors, one line each
+def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "beyondfit", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
+    base = ["+task=regression", "train.epochs=1", *QUIET]
+    class MakesFile:
+        def __reduce__(self) -> tuple:
+            return (open, (str(tmp_path / "pwned"), "w"))
+
+    evil = tmp_path / "evil" / "checkpoints" / "step-00000001.pt"
+    evil.parent.mkdir(parents=True)
+    torch.save({"model": MakesFile()}, evil)
+    refused = cli([*base, f"resume={tmp_path / 'evil'}"], tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("beyondfit: error: checkpoint") and "refused" in refused.stderr
+    assert refused.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "pwned").exists()
