@@ -137,7 +137,7 @@ def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
 
 
 # Settings that may differ on resume without changing what is computed.
-_RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint")
+_RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint", "progress", "plots", "logger")
 
 
 def resume_engine(engine: Engine, cfg: DictConfig) -> None:
@@ -155,8 +155,8 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
                 "continues with the current ones", shown,
             )
     log.info(
-        "resumed from %s: epoch %d, optimizer step %d",
-        path, engine.epoch + 1, engine.global_step,
+        "resumed from %s: %d epochs done, optimizer step %d",
+        path, engine.epoch, engine.global_step,
     )
 
 
