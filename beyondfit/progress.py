@@ -1,0 +1,278 @@
+"""What a run shows while it trains: a progress bar in a terminal, Keras-style lines elsewhere.
+
+:func:`progress_callback` picks one of the two. In a terminal it is a :class:`ProgressBar`
+(tqdm): optimizer steps, steps/s, the loss and a few key metrics, redrawn at most every
+``refresh`` seconds. When stdout is not a terminal (CI, a file, a Hydra multirun) it is a
+plain :class:`~beyondfit.loggers.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
+``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Both read the numbers the engine
+already synchronised for ``on_log``/``on_eval_end``: neither ever waits on the device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import IO, TYPE_CHECKING, Any
+
+from beyondfit.errors import BeyondfitError
+from beyondfit.loggers import ConsoleLogger
+
+if TYPE_CHECKING:
+    from beyondfit.engine import Engine
+
+_BAR_CHOICES = ("auto", "true", "false")
+
+
+class ConsoleFormatter(logging.Formatter):
+    """Console format of the CLI: info lines bare (Keras-style), others prefixed by their level.
+
+    Hydra's job log file keeps its own timestamped format; this only shapes the console.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        """``message`` for INFO and below, ``WARNING: message`` above."""
+        message = super().format(record)
+        if record.levelno > logging.INFO:
+            return f"{record.levelname}: {message}"
+        return message
+
+
+def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
+    """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal"; true/false force it."""
+    choice = str(bar).lower()
+    if choice not in _BAR_CHOICES:
+        raise BeyondfitError(f"progress.bar={bar!r}; use auto, true or false")
+    if choice != "auto":
+        return choice == "true"
+    stream = sys.stdout if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def progress_callback(
+    epochs: int | None,
+    *,
+    bar: bool | str = "auto",
+    every: int = 1,
+    refresh: float = 0.5,
+    max_steps: int | None = None,
+    metrics: Sequence[str] | None = None,
+    stream: IO[str] | None = None,
+) -> ConsoleLogger:
+    """The console callback for a run: a :class:`ProgressBar` in a terminal, else a ConsoleLogger.
+
+    Args:
+        epochs: passes over the data (for ``epoch 3/10``).
+        bar: ``"auto"`` (a bar when ``stream`` is a terminal), ``True`` or ``False``.
+        every: epoch lines once per this many epochs (the last one always).
+        refresh: seconds between bar redraws.
+        max_steps: the run's step limit, if any (the bar's total).
+        metrics: names shown beside the bar; ``None``: the loss and up to three more.
+        stream: where the bar goes (default ``sys.stdout``, where Hydra's console log goes).
+    """
+    _check_refresh(refresh)
+    if wants_bar(bar, stream):
+        return ProgressBar(
+            epochs, every=every, refresh=refresh, max_steps=max_steps, metrics=metrics,
+            stream=stream,
+        )  # fmt: skip
+    # No bar: the plain logger alone, so not even a no-op hook runs per step.
+    return ConsoleLogger(epochs=epochs, every=every)
+
+
+def _check_refresh(refresh: Any) -> None:
+    if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not refresh > 0:
+        raise BeyondfitError(
+            f"progress.refresh={refresh!r}; it must be a positive number of seconds"
+        )
+
+
+class ProgressBar(ConsoleLogger):
+    """A tqdm bar over the run's optimizer steps, above which the epoch lines still appear.
+
+    The step counter is advanced from ``on_step_end`` only when ``refresh`` seconds have
+    passed (one clock read per step, no device sync); the numbers beside it come from
+    ``on_log`` and ``on_eval_end``. While the bar is open, console log records are written
+    through ``tqdm.write`` so they do not tear it; log files are left alone.
+
+    Args:
+        epochs: passes over the data.
+        every: epoch lines once per this many epochs.
+        refresh: seconds between redraws (must be positive).
+        max_steps: the run's step limit (the bar's total when set).
+        metrics: names shown beside the bar; ``None``: ``loss``, then ``val_loss``, then
+            other validation and training values, four in all.
+        stream: the bar's stream (default ``sys.stdout``).
+    """
+
+    def __init__(
+        self,
+        epochs: int | None = None,
+        every: int = 1,
+        *,
+        refresh: float = 0.5,
+        max_steps: int | None = None,
+        metrics: Sequence[str] | None = None,
+        stream: IO[str] | None = None,
+    ) -> None:
+        super().__init__(epochs=epochs, every=every)
+        _check_refresh(refresh)
+        self.refresh = float(refresh)
+        self.max_steps = max_steps
+        self.metrics = list(metrics) if metrics else None
+        self.stream = stream
+        self.bar: Any = None
+        self._shown: dict[str, float] = {}
+        self._last_draw = 0.0
+        self._redirect: contextlib.ExitStack | None = None
+
+    # -------------------------------------------------------------- lifecycle
+    def on_fit_start(self, engine: Engine) -> None:
+        """Open the bar (at the resumed step, if any) and route console logs around it."""
+        super().on_fit_start(engine)
+        from tqdm import tqdm  # a dependency; imported here so `import beyondfit` stays light
+
+        self.close()
+        stream = self.stream if self.stream is not None else sys.stdout
+        width = _terminal_width(stream)
+        self.bar = tqdm(
+            total=self._total(engine),
+            initial=engine.global_step,
+            unit="step",
+            dynamic_ncols=width is None,  # follow the terminal when it reports a size
+            ncols=width,
+            nrows=None if width is None else 20,  # tqdm hides every bar when told 0 rows
+            file=stream,
+            mininterval=self.refresh,
+            leave=True,
+        )
+        self._describe(engine)
+        self._redirect = _redirect_console_logs()
+        self._last_draw = time.monotonic()
+
+    def _total(self, engine: Engine) -> int | None:
+        if self.max_steps:
+            return int(self.max_steps)
+        try:
+            batches = len(engine.train_data)
+        except TypeError:  # a generator or a rollout collector without a length
+            return None
+        if not self.epochs:
+            return None
+        per_epoch = -(-batches // engine.accumulate)  # a partial window still steps
+        return per_epoch * int(self.epochs)
+
+    def on_epoch_start(self, engine: Engine) -> None:
+        """Show the epoch being run."""
+        self._describe(engine)
+
+    def on_step_end(self, engine: Engine) -> None:
+        """Advance the bar when ``refresh`` seconds have passed (a clock read, nothing more)."""
+        now = time.monotonic()
+        if now - self._last_draw >= self.refresh:
+            self._last_draw = now
+            self._advance(engine)
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Take the training values the engine just synchronised."""
+        self._shown.update(logs)
+        self._advance(engine)
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Take the evaluation's values; print a line for a mid-epoch evaluation."""
+        self._shown.update(logs)
+        self._advance(engine)
+        super().on_eval_end(engine, logs)
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Take the epoch's values and print the epoch line above the bar."""
+        self._shown.update(logs)
+        self._advance(engine)
+        super().on_epoch_end(engine, logs)
+
+    def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
+        """Draw the final state and close the bar."""
+        self._advance(engine)
+        self.close()
+
+    def close(self) -> None:
+        """Close the bar and restore console logging (safe to call twice, e.g. after an error)."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self._redirect is not None:
+            self._redirect.close()
+            self._redirect = None
+
+    # -------------------------------------------------------------- drawing
+    def _describe(self, engine: Engine) -> None:
+        if self.bar is not None:
+            total = f"/{self.epochs}" if self.epochs else ""
+            self.bar.set_description_str(f"epoch {engine.epoch + 1}{total}", refresh=False)
+
+    def _advance(self, engine: Engine) -> None:
+        bar = self.bar
+        if bar is None:
+            return
+        bar.set_postfix_str(self.postfix(), refresh=False)
+        if engine.global_step > bar.n:
+            bar.update(engine.global_step - bar.n)  # redraws, rate-limited by mininterval
+        else:
+            bar.refresh()
+
+    def postfix(self) -> str:
+        """``loss=0.1234, val_loss=0.1301, ...``: the values shown beside the bar."""
+        names = self.metrics or _key_metrics(self._shown)
+        return ", ".join(f"{n}={self._shown[n]:.4g}" for n in names if n in self._shown)
+
+
+def _key_metrics(values: Mapping[str, float], limit: int = 4) -> list[str]:
+    """The loss first, then the validation loss, other validation values, other training values."""
+    skip = {"epoch", "step"}
+    names = [n for n in ("loss", "val_loss") if n in values]
+    names += [n for n in values if n.startswith("val_") and n not in names]
+    names += [n for n in values if n not in names and n not in skip]
+    return names[:limit]
+
+
+def _terminal_width(stream: IO[str]) -> int | None:
+    """None when the terminal reports its size (tqdm then follows it), else 100 columns.
+
+    Pseudo-terminals without a size (``script``, some CI runners) report 0 x 0, with which
+    tqdm would draw nothing at all.
+    """
+    try:
+        return None if os.get_terminal_size(stream.fileno()).columns > 0 else 100
+    except (AttributeError, OSError, ValueError):
+        return 100
+
+
+def _redirect_console_logs() -> contextlib.ExitStack:
+    """Send console log records through ``tqdm.write`` while a bar is open.
+
+    Only loggers that have a console handler are redirected (the root, where Hydra puts
+    one, and ``beyondfit`` if a user gave it its own): redirecting a logger without one
+    would add a second console output.
+    """
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    stack = contextlib.ExitStack()
+    loggers = [
+        logger
+        for logger in (logging.getLogger(), logging.getLogger("beyondfit"))
+        if any(_is_console(h) for h in logger.handlers)
+    ]
+    if loggers:
+        stack.enter_context(logging_redirect_tqdm(loggers=loggers))
+    return stack
+
+
+def _is_console(handler: logging.Handler) -> bool:
+    return isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (
+        sys.stdout,
+        sys.stderr,
+    )

@@ -1,0 +1,159 @@
+"""Progress output: a tqdm bar in a terminal, Keras-style lines otherwise, never a host sync."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit.loggers import ConsoleLogger
+from beyondfit.progress import ConsoleFormatter, ProgressBar, progress_callback, wants_bar
+
+
+class FakeTerminal(io.StringIO):
+    """A text stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def make_engine(callbacks: list, log_every: int = 2, on_nonfinite: str = "raise") -> Engine:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+
+    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict:
+        x, y = batch
+        err = model(x) - y
+        return {"loss": (err**2).mean(), "mae": err.abs().mean()}
+
+    return Engine(
+        model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.05), device="cpu",
+        callbacks=callbacks, log_every=log_every, on_nonfinite=on_nonfinite,
+    )  # fmt: skip
+
+
+def data() -> TensorBatches:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, generator=g)
+    return TensorBatches(x, x.sum(1, keepdim=True), batch_size=8, seed=0)
+
+
+def val() -> list:
+    x = torch.ones(4, 3)
+    return [(x, x.sum(1, keepdim=True))]
+
+
+def test_bar_choice_follows_the_stream_unless_forced() -> None:
+    assert wants_bar("auto", io.StringIO()) is False
+    assert wants_bar("auto", FakeTerminal()) is True
+    assert wants_bar(True, io.StringIO()) is True
+    assert wants_bar("false", FakeTerminal()) is False
+
+
+def test_bad_bar_and_refresh_values_name_the_key() -> None:
+    with pytest.raises(BeyondfitError, match=r"progress\.bar='sometimes'"):
+        wants_bar("sometimes")
+    with pytest.raises(BeyondfitError, match=r"progress\.refresh=0"):
+        progress_callback(2, bar=False, refresh=0)
+    with pytest.raises(BeyondfitError, match=r"progress\.refresh='fast'"):
+        ProgressBar(2, refresh="fast")  # type: ignore[arg-type]
+
+
+def test_without_a_terminal_it_is_the_plain_logger_with_no_step_hook() -> None:
+    callback = progress_callback(3, bar="auto", stream=io.StringIO())
+    assert type(callback) is ConsoleLogger  # no per-step hook at all, not even a no-op
+    assert isinstance(progress_callback(3, bar=True, stream=io.StringIO()), ProgressBar)
+
+
+def test_plain_lines_are_keras_style_one_per_epoch(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="beyondfit")
+    engine = make_engine([progress_callback(3, bar=False)])
+    engine.fit(data(), epochs=3, val_data=val())
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch")]
+    assert len(lines) == 3
+    num = r"[-\d.e]+"
+    pattern = rf"epoch 3/3 - loss: {num} - mae: {num} - val_loss: {num} - val_mae: {num} - \d+\.\ds"
+    assert re.fullmatch(pattern, lines[-1]), lines[-1]
+
+
+def test_bar_shows_steps_rate_and_key_metrics(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="beyondfit")
+    screen = FakeTerminal()
+    bar = progress_callback(2, bar="auto", stream=screen, refresh=0.01)
+    assert isinstance(bar, ProgressBar)
+    engine = make_engine([bar])
+    engine.fit(data(), epochs=2, val_data=val())
+    text = screen.getvalue()
+    assert "10/10" in text  # 5 batches x 2 epochs, counted in optimizer steps
+    assert "step/s" in text
+    assert re.search(r"loss=[-\d.e]+, val_loss=[-\d.e]+, val_mae=[-\d.e]+, mae=", text), text
+    assert "epoch 2/2" in text
+    assert bar.bar is None  # closed at fit end
+    # The Keras-style epoch lines still go to the log (and so to Hydra's job log).
+    assert any(r.getMessage().startswith("epoch 2/2 - loss:") for r in caplog.records)
+
+
+def test_chosen_metrics_are_shown_in_order() -> None:
+    screen = FakeTerminal()
+    engine = make_engine([ProgressBar(1, metrics=["val_mae", "loss"], stream=screen)])
+    engine.fit(data(), epochs=1, val_data=val())
+    assert re.search(r"val_mae=[-\d.e]+, loss=[-\d.e]+\]", screen.getvalue())
+
+
+def test_bar_total_follows_max_steps_and_resumed_step() -> None:
+    screen = FakeTerminal()
+    engine = make_engine([ProgressBar(5, max_steps=7, stream=screen)])
+    engine.fit(data(), epochs=5, max_steps=7)
+    assert "7/7" in screen.getvalue()
+
+
+def test_the_bar_adds_no_host_sync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a tensor's value is the only way to sync; the bar must read none of its own."""
+    calls = {"n": 0}
+    for name in ("item", "tolist", "cpu"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self: torch.Tensor, *args: object, _original=original, **kwargs: object):
+            calls["n"] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+
+    def syncs(callback: ConsoleLogger) -> int:
+        calls["n"] = 0
+        make_engine([callback], log_every=3, on_nonfinite="ignore").fit(data(), epochs=2)
+        return calls["n"]
+
+    plain = syncs(ConsoleLogger(2))
+    with_bar = syncs(ProgressBar(2, refresh=1e-9, stream=FakeTerminal()))
+    assert with_bar == plain
+
+
+def test_console_logging_is_restored_after_the_bar(caplog: pytest.LogCaptureFixture) -> None:
+    root = logging.getLogger()
+    handler = logging.StreamHandler(__import__("sys").stdout)
+    root.addHandler(handler)
+    try:
+        before = list(root.handlers)
+        bar = ProgressBar(1, stream=FakeTerminal())
+        engine = make_engine([bar])
+        engine.fit(data(), epochs=1)
+        assert root.handlers == before
+        bar.close()  # a second close is harmless
+    finally:
+        root.removeHandler(handler)
+
+
+def test_console_formatter_keeps_info_bare_and_labels_warnings() -> None:
+    formatter = ConsoleFormatter()
+
+    def record(level: int) -> logging.LogRecord:
+        return logging.LogRecord("beyondfit", level, __file__, 1, "epoch 1/2 - loss: 1", (), None)
+
+    assert formatter.format(record(logging.INFO)) == "epoch 1/2 - loss: 1"
+    assert formatter.format(record(logging.WARNING)) == "WARNING: epoch 1/2 - loss: 1"
