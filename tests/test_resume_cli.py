@@ -49,11 +49,14 @@ TASKS = {
 SEED = int(os.environ.get("BEYONDFIT_TEST_SEED", time.time_ns() % 2**31))
 
 
-def launch(args: list[str], cwd: Path, delay: float = 0.02) -> subprocess.Popen:
+def launch(args: list[str], cwd: Path, delay: float = 0.02) -> tuple[subprocess.Popen, Path]:
+    """Start the CLI; returns the process and the file its stdout (the log lines) goes to."""
     env = {**os.environ, "STEP_DELAY": str(delay), "PYTHONUNBUFFERED": "1"}
-    out = (cwd / f"launch-{time.time_ns()}.log").open("w")
-    return subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=cwd, env=env,
-                            stdout=out, stderr=subprocess.PIPE, text=True)
+    log = cwd / f"launch-{time.time_ns()}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.PIPE, text=True)
+    return proc, log
 
 
 def last_step(run_dir: Path) -> int:
@@ -71,11 +74,21 @@ def last_step(run_dir: Path) -> int:
     return 0
 
 
-def stop_at(proc: subprocess.Popen, run_dir: Path, step: int, signum: int,
-            rng: random.Random) -> None:
-    """Send ``signum`` once the run logged ``step`` (plus a random fraction of a step)."""
+def stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, signum: int,
+            rng: random.Random, resumed: bool) -> None:
+    """Send ``signum`` once the run logged ``step`` (plus a random fraction of a step).
+
+    A resumed run is first seen to have resumed: until then metrics.jsonl still holds rows
+    the killed run wrote after its last checkpoint, which the resumed run cuts away.
+    """
     deadline = time.monotonic() + 600
-    while last_step(run_dir) < step or not step_checkpoints(run_dir / "checkpoints"):
+
+    def ready() -> bool:
+        if resumed and "resumed from" not in log.read_text():
+            return False
+        return last_step(run_dir) >= step and bool(step_checkpoints(run_dir / "checkpoints"))
+
+    while not ready():
         assert proc.poll() is None, f"the run ended before step {step}: {proc.stderr.read()}"
         assert time.monotonic() < deadline, "the run made no progress"
         time.sleep(0.003)
@@ -129,11 +142,15 @@ def interrupted_runs(task: str, tmp_path: Path, signals: list[int]) -> Path:
     overrides, steps = TASKS[task]
     run_dir = tmp_path / "run"
     args = [*overrides, *QUIET, f"hydra.run.dir={run_dir}"]
-    points = sorted(rng.sample(range(4, steps - 6), len(signals)))
+    # One random step in each of len(signals) equal stretches: distinct, in order, and
+    # never so close to the end that the run could finish before the signal.
+    first, last = 4, steps - 12
+    width = (last - first) // len(signals)
+    points = [first + i * width + rng.randrange(width) for i in range(len(signals))]
     resume_args: list[str] | None = None
     for signum, point in zip(signals, points):
-        proc = launch(args if resume_args is None else resume_args, tmp_path)
-        stop_at(proc, run_dir, point, signum, rng)
+        proc, log = launch(args if resume_args is None else resume_args, tmp_path)
+        stop_at(proc, log, run_dir, point, signum, rng, resumed=resume_args is not None)
         _, stderr = proc.communicate(timeout=600)
         context = f"seed {SEED}, {signal.Signals(signum).name} at step {point}"
         if signum == signal.SIGKILL:
@@ -148,7 +165,7 @@ def interrupted_runs(task: str, tmp_path: Path, signals: list[int]) -> Path:
         resume_args = [*overrides, *QUIET, f"resume={run_dir}"]
         if signum != signal.SIGKILL:
             resume_args = shlex.split(command)[3:]  # exactly what the message said to run
-    proc = launch(resume_args or args, tmp_path, delay=0.0)
+    proc, _ = launch(resume_args or args, tmp_path, delay=0.0)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr
     return run_dir
