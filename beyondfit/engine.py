@@ -163,7 +163,7 @@ class Engine:
         self.val_metrics = MetricTracker()
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
         self.train_metrics.reducer = self.val_metrics.reducer = self.strategy.metric_reducer()
-        # fp16: optimizer steps the GradScaler skipped (inf/NaN gradients), per interval.
+        # fp16: optimizer steps the GradScaler skipped (inf/NaN gradients), counted per epoch.
         self.train_metrics.totals.add("overflow_steps")
         self._window_synced = False  # did a backward of this window all-reduce gradients?
 
