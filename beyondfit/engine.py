@@ -476,15 +476,21 @@ class Engine:
 
         ``data`` is an iterable of batches given to the same loss closure (no gradients,
         no optimizer), or a callable ``evaluator(model) -> Mapping[str, float]``. Every key
-        of the result starts with ``val_``; metric objects are reset before and after.
+        of the result starts with ``val_``; metric objects are reset before and after, and the
+        training state of those the closure also feeds in training is restored after.
         """
         was_training = self.model.training
         self.model.eval()
         # Under DDP (every rank calls evaluate): rank 0's buffers, and each rank scores
         # its share of the batches; compute() then reduces over ranks.
         self.strategy.sync_buffers(self.model)
-        self.val_metrics.objects.update(self.train_metrics.objects)
+        # The closure may feed the same metric objects as in training: set their training
+        # state aside (a mid-epoch evaluation must neither count training batches nor cut
+        # the epoch's running value) and bring it back after. Objects of earlier
+        # evaluations start from zero too; only those this evaluation feeds are reported.
+        saved = self.train_metrics.set_aside()
         self.val_metrics.reset()
+        self.val_metrics.objects.clear()
         try:
             with torch.inference_mode(), self._autocast():
                 if callable(data) and not isinstance(data, Iterable):
@@ -501,6 +507,7 @@ class Engine:
                         )
         finally:
             self.val_metrics.reset()
+            MetricTracker.bring_back(saved)
             self.model.train(was_training)
         return {(k if k.startswith("val_") else f"val_{k}"): float(v) for k, v in raw.items()}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -109,6 +110,34 @@ class MetricTracker:
         self._counts.clear()
         for metric in self.objects.values():
             metric.reset()
+
+    def set_aside(self) -> list[tuple[Any, dict[str, Any]]]:
+        """Save the state of every metric object, then reset it; :meth:`bring_back` undoes it.
+
+        An evaluation must start the objects the closure feeds from zero, yet one in the
+        middle of an epoch must not cut that epoch's running value. The state is a deep copy
+        of the object's attributes (torchmetrics keeps its states as plain tensor
+        attributes), so any duck-typed metric object works.
+        """
+        saved = []
+        for name, metric in self.objects.items():
+            try:
+                saved.append((metric, copy.deepcopy(vars(metric))))
+            except (RuntimeError, TypeError) as exc:
+                raise BeyondfitError(
+                    f"metric object {name!r} cannot be copied to keep training and validation "
+                    f"apart ({str(exc).splitlines()[0]}); store detached state in it "
+                    "(update it with tensor.detach())"
+                ) from None
+        for metric, _ in saved:
+            metric.reset()
+        return saved
+
+    @staticmethod
+    def bring_back(saved: list[tuple[Any, dict[str, Any]]]) -> None:
+        """Restore the states :meth:`set_aside` saved."""
+        for metric, state in saved:
+            vars(metric).update(state)
 
     def state_dict(self) -> dict[str, Any]:
         """Sums and counts (metric objects keep their own state), for exact resume."""
