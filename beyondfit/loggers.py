@@ -1,7 +1,8 @@
-"""Where logged numbers go: a JSON-lines metrics file and Keras-style console lines."""
+"""Where logged numbers go: a JSON-lines metrics file, a CSV table and Keras-style console lines."""
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import os
@@ -116,3 +117,77 @@ class ConsoleLogger(Callback):
         total = f"/{self.epochs}" if self.epochs else ""
         log.info("epoch %d%s - %s - %.1fs", epoch, total, format_logs(logs),
                  time.perf_counter() - self._start)
+
+
+class CsvFile(Callback):
+    """The rows of :class:`MetricsFile` as one CSV table (``metrics.csv``, ``logger=csv``).
+
+    Columns: ``kind``, ``epoch``, ``step``, then every logged name in the order it first
+    appeared (empty where a row has no value), ready for ``pandas.read_csv`` or a
+    spreadsheet. Rows are appended as they come; when a new name appears (the first
+    evaluation, say), the file is rewritten once with the wider header. Like the JSONL
+    file, its state is the number of rows written, and a resumed run cuts it back.
+    """
+
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.columns: list[str] = ["kind", "epoch", "step"]
+        self.rows = 0
+        if self.path.exists():
+            with self.path.open(newline="") as f:
+                reader = csv.reader(f)
+                self.columns = next(reader, self.columns)
+                self.rows = sum(1 for _ in reader)
+
+    def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
+        epoch = int(logs["epoch"]) if kind == "epoch" else engine.epoch + 1
+        row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": engine.global_step}
+        for key, value in logs.items():
+            if key not in ("epoch", "step"):
+                row[key] = finite_or_none(float(value))
+        new = [key for key in row if key not in self.columns]
+        if new or not self.path.exists():
+            self._rewrite(self.columns + new)
+        with self.path.open("a", newline="") as f:
+            csv.DictWriter(f, self.columns).writerow(row)
+        self.rows += 1
+
+    def _rewrite(self, columns: list[str], keep: int | None = None) -> None:
+        """Write the file again with ``columns`` as header, keeping its first ``keep`` rows."""
+        old: list[dict[str, str]] = []
+        if self.path.exists():
+            with self.path.open(newline="") as f:
+                old = list(csv.DictReader(f))
+        if keep is not None:
+            old = old[:keep]
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, columns)
+            writer.writeheader()
+            writer.writerows(old)
+        os.replace(tmp, self.path)
+        self.columns = columns
+        self.rows = len(old)
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A ``train`` row with the running means."""
+        self._write(engine, "train", logs)
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """A ``val`` row with the evaluation."""
+        self._write(engine, "val", logs)
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """An ``epoch`` row: the history entry."""
+        self._write(engine, "epoch", logs)
+
+    def state_dict(self) -> dict[str, int]:
+        """Rows written so far."""
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        """Cut the table back to the rows that existed when the checkpoint was written."""
+        self._rewrite(self.columns, keep=int(state["rows"]))

@@ -1,0 +1,193 @@
+"""Learning curves from ``metrics.jsonl``: ``curves.png`` at the end of a run.
+
+Panels, each drawn only when the run logged its values: the loss (``loss`` and
+``val_loss``), the return for RL (``episode_return`` of the training episodes and
+``val_return`` of the evaluation episodes), and up to three other validation metrics
+(``val_r2``, ``val_mae``, ...). The x axis is the optimizer step.
+
+matplotlib is an optional extra (``pip install "beyondfit[plots]"``), imported only when a
+plot is drawn. Drawing goes through the Agg canvas of a bare ``Figure``, never pyplot, so
+it neither needs a display nor switches the backend of a notebook that calls it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from beyondfit.callbacks import Callback
+from beyondfit.errors import BeyondfitError
+
+if TYPE_CHECKING:
+    from beyondfit.engine import Engine
+
+log = logging.getLogger("beyondfit")
+
+_MISSING = (
+    "plotting needs matplotlib, which is not installed; "
+    'pip install "beyondfit[plots]" (or pip install matplotlib), or set plots=false'
+)
+#: Panel title -> the names it shows, in order (a panel with none of them is left out).
+PANELS: dict[str, tuple[str, ...]] = {
+    "loss": ("loss", "val_loss"),
+    "return": ("episode_return", "val_return"),
+}
+#: Validation values that are not worth a panel of their own.
+_NOT_METRICS = {"val_loss", "val_return", "val_length"}
+
+Series = tuple[list[float], list[float]]
+
+
+def has_matplotlib() -> bool:
+    """True when matplotlib can be imported (checked without importing it)."""
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def require_matplotlib() -> None:
+    """Raise a BeyondfitError saying how to install matplotlib when it is missing."""
+    if not has_matplotlib():
+        raise BeyondfitError(_MISSING)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``metrics.jsonl`` (a torn last line, from a killed run, is skipped)."""
+    path = Path(path)
+    if not path.is_file():
+        raise BeyondfitError(
+            f"no metrics file at {str(path)!r}; is this a beyondfit run directory?"
+        )
+    rows = []
+    with path.open() as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def series(rows: Sequence[Mapping[str, Any]], name: str) -> Series:
+    """``(steps, values)`` of one logged name, in step order, one value per step.
+
+    ``val_`` names come from the evaluation rows. Training names come from the epoch rows
+    when the run has at least two epochs (one clean point per epoch, as Keras shows them),
+    otherwise from the log-interval rows (RL runs are usually one long "epoch").
+    """
+    if name.startswith("val_"):
+        kinds: tuple[str, ...] = ("val",)
+        if not any(r.get("kind") == "val" and name in r for r in rows):
+            kinds = ("epoch",)  # rows written before a run had evaluation rows of its own
+    else:
+        epochs = sum(1 for r in rows if r.get("kind") == "epoch" and name in r)
+        kinds = ("epoch",) if epochs >= 2 else ("train", "epoch")
+    by_step: dict[float, float] = {}
+    for row in rows:
+        value = row.get(name)
+        if row.get("kind") in kinds and isinstance(value, (int, float)) and "step" in row:
+            by_step[float(row["step"])] = float(value)  # later rows of a step win
+    steps = sorted(by_step)
+    return steps, [by_step[s] for s in steps]
+
+
+def panels(rows: Sequence[Mapping[str, Any]], max_metrics: int = 3) -> dict[str, list[str]]:
+    """The panels worth drawing for these rows: title -> names with at least one value."""
+    present: dict[str, None] = {}
+    for row in rows:
+        for name, value in row.items():
+            if isinstance(value, (int, float)):
+                present.setdefault(name, None)
+    chosen = {title: [n for n in names if n in present] for title, names in PANELS.items()}
+    chosen = {title: names for title, names in chosen.items() if names}
+    others = [n for n in present if n.startswith("val_") and n not in _NOT_METRICS]
+    if others[:max_metrics]:
+        chosen["validation metrics"] = others[:max_metrics]
+    return chosen
+
+
+def new_figure(panel_count: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, list[Any]]:
+    """A bare Agg figure with ``panel_count`` side-by-side axes (no pyplot, no display)."""
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * panel_count, height), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, list(fig.subplots(1, panel_count, squeeze=False)[0])
+
+
+def save_png(fig: Any, path: str | Path) -> Path:
+    """Write ``fig`` to ``path`` atomically (a reader never sees half a PNG)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fig.savefig(tmp, format="png")
+    os.replace(tmp, path)
+    return path
+
+
+def use_log_scale(values: Sequence[float]) -> bool:
+    """Log y when every value is positive and they span more than a factor of 30."""
+    finite = [v for v in values if math.isfinite(v)]
+    return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 30
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
+    """Draw the learning curves of the run in ``run_dir`` into ``out`` (default ``curves.png``).
+
+    Returns the PNG's path. Raises :class:`BeyondfitError` when there is no metrics file,
+    nothing to plot, or no matplotlib.
+    """
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    chosen = panels(rows)
+    if not chosen:
+        raise BeyondfitError(f"{str(run_dir)!r} has no logged values to plot yet")
+    fig, axes = new_figure(len(chosen))
+    for ax, (panel, names) in zip(axes, chosen.items()):
+        drawn: list[float] = []
+        for name in names:
+            steps, values = series(rows, name)
+            if not steps:
+                continue
+            marker = "o" if len(steps) <= 30 else None  # sparse evaluations: show the points
+            ax.plot(steps, values, label=name, marker=marker, markersize=3, linewidth=1.5)
+            drawn += values
+        if panel == "loss" and use_log_scale(drawn):
+            ax.set_yscale("log")
+        ax.set_title(panel)
+        ax.set_xlabel("optimizer step")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return save_png(fig, Path(out) if out is not None else run_dir / "curves.png")
+
+
+class CurvesPlot(Callback):
+    """Write ``curves.png`` into the run directory when training ends.
+
+    Args:
+        run_dir: the folder holding ``metrics.jsonl`` (the PNG goes beside it).
+        title: a title above the panels (the CLI gives the task's name).
+    """
+
+    def __init__(self, run_dir: str | Path, title: str | None = None) -> None:
+        require_matplotlib()  # fail before training, not after it
+        self.run_dir = Path(run_dir)
+        self.title = title
+        self.path: Path | None = None
+
+    def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
+        """Draw the curves; an empty run (nothing logged) is reported, not raised."""
+        try:
+            self.path = plot_run(self.run_dir, title=self.title)
+        except BeyondfitError as exc:
+            log.warning("curves.png not written: %s", exc)
+            return
+        log.info("learning curves in %s", self.path)
