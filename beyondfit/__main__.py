@@ -52,15 +52,20 @@ def check_choices(args: list[str]) -> None:
         group = key.lstrip("+~")
         if group in ("task", "experiment"):
             picked_task = True
-        if group not in ("task", "optimizer", "experiment"):
+        if group not in ("task", "optimizer", "experiment", "logger"):
             continue
         options = available(group)
-        for choice in value.split(","):  # a multirun sweep lists several
-            choice = choice.strip()
+        # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
+        for choice in value.split(","):
+            choice = choice.strip().strip("[]").strip()
             if choice and choice not in options:
+                how = {
+                    "optimizer": "optimizer=NAME",
+                    "logger": "logger=[NAME,...] or +logger=NAME",
+                }.get(group, f"+{group}=NAME")
                 fail(
                     f"unknown {group} {choice!r}; available: {', '.join(options)} "
-                    f"(pick one with {'+' if group != 'optimizer' else ''}{group}=NAME)"
+                    f"(pick with {how})"
                 )
     if not picked_task:
         fail(no_task_message())
@@ -126,10 +131,17 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
 
 
+def resolve_flag(args: list[str]) -> list[str]:
+    """``["--resolve"]`` when ``--cfg`` is asked for without it: show values, not ``${seed}``."""
+    asks_cfg = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
+    return ["--resolve"] if asks_cfg and "--resolve" not in args else []
+
+
 def main() -> None:
     """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
     check_choices(sys.argv[1:])
     sys.argv += resume_overrides(sys.argv[1:])
+    sys.argv += resolve_flag(sys.argv[1:])
     try:
         env = launch_env()
     except BeyondfitError as exc:

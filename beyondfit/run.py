@@ -7,6 +7,7 @@ and notebooks can call :func:`run` with a config they composed themselves.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +22,7 @@ from beyondfit.distributed import resolve_strategy
 from beyondfit.engine import Engine
 from beyondfit.errors import BeyondfitError
 from beyondfit.interrupt import GracefulInterrupt
-from beyondfit.loggers import ConsoleLogger, MetricsFile
+from beyondfit.loggers import CsvFile, MetricsFile
 from beyondfit.seeding import seed_everything
 from beyondfit.task import Task
 
@@ -57,6 +58,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
+    absolute_paths(cfg.task)
     task = build_task(cfg.task)
     # This rank's shard, before the scheduler is told the run's length in steps.
     task.train_data = strategy.shard_train(task.train_data)
@@ -64,7 +66,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     train = cfg.train
     callbacks: list[Callback] = [
         MetricsFile(run_dir / "metrics.jsonl"),
-        ConsoleLogger(epochs=int(train.epochs), every=max(1, int(train.epochs) // 20)),
+        *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
     ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
@@ -236,6 +238,120 @@ def _engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
             f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}"
         )
     return dict(options)
+
+
+_PATH_KEY = re.compile(r"^(path|.+_(path|file|dir))$")
+
+
+def absolute_paths(section: DictConfig) -> None:
+    """Make the relative file paths in ``section`` absolute against the launch directory.
+
+    A path typed on the command line means "from where I am"; Hydra may run the job in
+    another directory (``hydra.job.chdir=true``), so keys named ``path``, ``*_path``,
+    ``*_file`` or ``*_dir`` are resolved with Hydra's ``to_absolute_path`` before the task
+    sees them. Outside a Hydra app (tests, notebooks) the working directory is the base.
+    """
+    from hydra.utils import to_absolute_path
+
+    for key in list(section.keys()):
+        value = section.get(key)
+        if isinstance(value, DictConfig):
+            absolute_paths(value)
+        elif (
+            isinstance(value, str)
+            and _PATH_KEY.match(str(key))
+            and value
+            and "://" not in value
+            and not Path(value).expanduser().is_absolute()
+        ):
+            section[key] = to_absolute_path(value)
+
+
+def _multirun() -> bool:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    return HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _task_name(cfg: DictConfig) -> str:
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        choice = HydraConfig.get().runtime.choices.get("task")
+        if choice:
+            return str(choice)
+    target = str(cfg.task.get("_target_", "task"))
+    return target.rsplit(".", 2)[-2] if target.count(".") >= 2 else target
+
+
+_LOGGERS = ("csv", "tensorboard")
+_PROGRESS_KEYS = ("bar", "refresh", "every", "metrics")
+
+
+def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
+    """What a run shows and writes besides ``metrics.jsonl``, from three config sections.
+
+    ``progress``: a tqdm bar when stdout is a terminal, Keras-style lines otherwise (always
+    lines in a multirun, whose jobs share one console). ``logger``: the picks of the logger
+    group (``logger=[csv,tensorboard]`` or ``+logger=tensorboard``), each a sub-section.
+    ``plots``: ``curves.png`` at the end (``auto``: when matplotlib is installed).
+    """
+    from beyondfit.plots import CurvesPlot, has_matplotlib
+    from beyondfit.progress import progress_callback
+
+    train = cfg.train
+    epochs = int(train.epochs)
+    progress = cfg.get("progress") or {}
+    unknown = sorted(set(progress) - set(_PROGRESS_KEYS))
+    if unknown:
+        raise BeyondfitError(
+            f"unknown progress option(s) {unknown}; known: {', '.join(_PROGRESS_KEYS)}"
+        )
+    bar = progress.get("bar", "auto")
+    if str(bar).lower() == "auto" and _multirun():
+        bar = False
+    metrics = progress.get("metrics")
+    callbacks: list[Callback] = [
+        progress_callback(
+            epochs,
+            bar=bar,
+            every=int(progress.get("every") or max(1, epochs // 20)),
+            refresh=progress.get("refresh", 0.5),
+            max_steps=train.get("max_steps"),
+            metrics=list(metrics) if metrics else None,
+        )
+    ]
+    loggers = cfg.get("logger") or {}
+    unknown = sorted(set(loggers) - set(_LOGGERS))
+    if unknown:
+        raise BeyondfitError(
+            f"unknown logger(s) {unknown}; available: {', '.join(_LOGGERS)} "
+            "(pick several with logger=[csv,tensorboard], add one with +logger=tensorboard)"
+        )
+    if "csv" in loggers:
+        callbacks.append(CsvFile(run_dir / str((loggers.csv or {}).get("file", "metrics.csv"))))
+    if "tensorboard" in loggers:
+        from beyondfit.tensorboard import TensorBoardLogger, flatten
+
+        section = loggers.tensorboard or {}
+        config = OmegaConf.to_container(cfg, resolve=True)
+        assert isinstance(config, Mapping)
+        hparams = {k: v for k, v in flatten(config).items() if "_target_" not in k}
+        callbacks.append(
+            TensorBoardLogger(
+                run_dir / str(section.get("dir", "tensorboard")),
+                hparams=hparams if section.get("hparams", True) else None,
+                config_text=OmegaConf.to_yaml(cfg, resolve=True),
+                flush_secs=section.get("flush_secs", 30),
+            )
+        )
+    plots = str(cfg.get("plots", "auto")).lower()
+    if plots not in ("auto", "true", "false"):
+        raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
+    if plots == "true" or (plots == "auto" and has_matplotlib()):
+        callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
+    return callbacks
 
 
 def no_task_message() -> str:

@@ -1,0 +1,145 @@
+"""beyondfit.compare: a real 2-seed multirun, then grouping, bands, tables and bad input."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beyondfit import BeyondfitError
+from beyondfit.compare import band, compare, find_runs, group_runs, main
+
+pytest.importorskip("matplotlib")
+
+
+def is_png(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_two_seed_multirun_then_compare(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    launched = subprocess.run(
+        [
+            sys.executable, "-m", "beyondfit", "-m", "+task=regression", "seed=0,1",
+            "train.epochs=2", "plots=false", f"hydra.sweep.dir={sweep}",
+        ],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr
+    for job in ("0", "1"):  # each run in its own directory, with its own config and log
+        assert (sweep / job / "metrics.jsonl").is_file()
+        assert (sweep / job / ".hydra" / "overrides.yaml").is_file()
+        assert "epoch 2/2 - loss:" in (sweep / job / "beyondfit.log").read_text()
+    seeds = [json.loads((sweep / j / "metrics.jsonl").read_text().splitlines()[-1]) for j in "01"]
+    assert seeds[0]["val_loss"] != seeds[1]["val_loss"]  # the seed did change the run
+
+    compared = subprocess.run(
+        [sys.executable, "-m", "beyondfit.compare", str(sweep)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stderr
+    width, height = is_png(sweep / "compare.png")
+    assert 600 <= width <= 2000 and 200 <= height <= 600
+    table = (sweep / "compare.md").read_text()
+    assert "| setting | runs | val_loss | val_r2 | loss |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| `regression`"))
+    assert row.split(" | ")[1] == "2"  # both seeds in one setting
+    assert " ± " in row
+    assert table in compared.stdout
+
+
+def fake_run(path: Path, overrides: list[str], seed: int, losses: list[float]) -> Path:
+    """A run directory as the CLI leaves it: metrics rows plus Hydra's record of the launch."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    (path / ".hydra" / "config.yaml").write_text(f"seed: {seed}\n")
+    rows = []
+    for i, loss in enumerate(losses, 1):
+        rows.append({"kind": "val", "epoch": i, "step": 10 * i, "val_loss": loss})
+        rows.append({"kind": "epoch", "epoch": i, "step": 10 * i, "loss": loss + 0.1,
+                     "val_loss": loss})  # fmt: skip
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    jobs = [("0.1", 0, [1.0, 0.5]), ("0.01", 0, [1.0, 0.9]), ("0.1", 1, [0.8, 0.3]),
+            ("0.01", 1, [1.2, 1.1])]  # fmt: skip
+    for num, (lr, seed, losses) in enumerate(jobs):
+        fake_run(root / str(num), ["+task=regression", f"optimizer.lr={lr}", f"seed={seed}",
+                                   "hydra.verbose=false"], seed, losses)  # fmt: skip
+    return root
+
+
+def test_runs_group_by_setting_ignoring_seed(sweep: Path) -> None:
+    settings = group_runs(find_runs([sweep]))
+    assert [(s.label, len(s.runs)) for s in settings] == [
+        ("optimizer.lr=0.1", 2),
+        ("optimizer.lr=0.01", 2),
+    ]
+    assert [r.seed for r in settings[0].runs] == [0, 1]
+
+
+def test_table_gives_final_mean_and_std_and_goes_to_out(sweep: Path, tmp_path: Path) -> None:
+    png, md = compare([sweep], out=tmp_path / "report")
+    assert png == tmp_path / "report" / "compare.png" and md.parent == png.parent
+    assert not (sweep / "compare.md").exists()
+    lines = md.read_text().splitlines()
+    assert "| setting | runs | val_loss | loss |" in lines
+    # lr=0.1: final val_loss 0.5 and 0.3 -> mean 0.4, sample std 0.14.
+    assert "| `optimizer.lr=0.1` | 2 | 0.4 ± 0.14 | 0.5 ± 0.14 |" in lines
+    assert "| `optimizer.lr=0.01` | 2 | 1 ± 0.14 | 1.1 ± 0.14 |" in lines
+    is_png(png)
+
+
+def test_plain_run_dirs_each_form_a_setting(tmp_path: Path) -> None:
+    for name, loss in (("a", 0.2), ("b", 0.4)):
+        (tmp_path / name).mkdir()
+        rows = [{"kind": "val", "epoch": 1, "step": 5, "val_loss": loss}]
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    _, md = compare([tmp_path / "a", tmp_path / "b"])
+    assert md == tmp_path / "a" / "compare.md"  # into the first directory given
+    text = md.read_text()
+    assert "| `a` | 1 | 0.2 |" in text and "| `b` | 1 | 0.4 |" in text
+
+
+def test_band_averages_where_runs_overlap_and_never_extends_a_run() -> None:
+    steps, mean, low, high = band([([1, 2, 3], [1.0, 2.0, 3.0]), ([1, 3], [3.0, 5.0])])
+    assert steps == [1, 2, 3]
+    assert mean == [2.0, 3.0, 4.0]  # the second run is interpolated at step 2
+    assert low == [1.0, 2.0, 3.0] and high == [3.0, 4.0, 5.0]
+    steps, mean, _, _ = band([([1, 2], [1.0, 1.0]), ([1, 2, 3], [3.0, 3.0, 9.0])])
+    assert mean == [2.0, 2.0, 9.0]  # step 3: only the run that reached it
+
+
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, sweep: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        ([str(tmp_path / "nowhere")], "is not a directory"),
+        ([str(tmp_path / "empty")], "no runs under"),
+        ([str(sweep), "--metric", "val_acc"], "--metric val_acc was never logged"),
+    ]
+    (tmp_path / "empty").mkdir()
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("beyondfit.compare: error: ") and message in err
+        assert err.count("\n") == 1
+
+
+def test_requested_metric_only(sweep: Path) -> None:
+    _, md = compare([sweep], metrics=["loss"])
+    assert "| setting | runs | loss |" in md.read_text()
+    with pytest.raises(BeyondfitError, match="give at least one"):
+        compare([])
