@@ -149,3 +149,28 @@ def test_a_supervised_run_starts_without_heavy_imports(tmp_path: Path) -> None:
     # At the very end curves.png is drawn (plots=auto), which is matplotlib's only use.
     assert [m for m in seen["end"] if m != "matplotlib"] == []
     assert (tmp_path / "curves.png").is_file()
+
+
+def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) -> None:
+    """logger=csv: one table whose columns grow as names appear, resumable like metrics.jsonl."""
+    import csv
+
+    from beyondfit.loggers import CsvFile
+
+    class FakeEngine:
+        epoch, global_step = 0, 4
+
+    path = tmp_path / "metrics.csv"
+    table = CsvFile(path)
+    table.on_log(FakeEngine(), {"loss": 1.5})  # type: ignore[arg-type]
+    state = table.state_dict()
+    table.on_eval_end(FakeEngine(), {"val_loss": float("nan"), "val_r2": 0.25})  # type: ignore[arg-type]
+    with path.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == ["kind", "epoch", "step", "loss", "val_loss", "val_r2"]
+    assert rows[0]["loss"] == "1.5" and rows[0]["val_r2"] == ""
+    assert rows[1]["val_loss"] == "" and rows[1]["val_r2"] == "0.25"  # NaN written as empty
+    resumed = CsvFile(path)
+    assert resumed.rows == 2
+    resumed.load_state_dict(state)
+    assert path.read_text().splitlines()[1:] == ["train,1,4,1.5,,"]
