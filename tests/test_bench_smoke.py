@@ -1,0 +1,105 @@
+"""Smoke runs of the benchmark scripts: their code paths work and the numbers they compare agree.
+
+Nothing here looks at a timing: the benchmarks report times, tests only check correctness
+(the engine ends bitwise equal to the raw loop it is timed against).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def overhead():
+    return _load("overhead")
+
+
+@pytest.mark.parametrize("size", ["tiny", "medium"])
+def test_overhead_engine_rows_reproduce_the_raw_loops(overhead, size):
+    base = overhead.SIZES[size]
+    small = overhead.Size(base.name, base.layers, base.batch, 3, 2, base.task, 1)
+    rows = {k: c for k, c in overhead.contenders("bar").items() if not c.lightning}
+    results = overhead.measure(small, rows, repeats=1, warmup=0)
+    for key, contender in rows.items():
+        row = results[key]
+        assert len(row.step) == 1 and row.step[0] > 0
+        if contender.reference is None:
+            assert row.same is None
+        else:
+            assert row.same is True, f"{key} does not end equal to {contender.reference}"
+    text = overhead.table(small, results)
+    assert all(c.label in text for c in rows.values()) and "**NO**" not in text
+
+
+def test_overhead_lockstep_interleaves_steps(overhead):
+    """The baton hands over after every step: step k of each contender runs before step k+1."""
+    order = []
+
+    def contender(name):
+        def run(problem, timer):
+            timer.begin()
+            for _ in range(3):
+                order.append(name)
+                timer.tick()
+            return overhead.Result(timer.costs, {})
+
+        return run
+
+    problem = overhead.Problem.build(overhead.Size("t", (2, 1), 2, 1, 1, "regression", 1))
+    runs = [contender("a"), contender("b")]
+    results = overhead.run_lockstep(problem, runs, time.thread_time)
+    assert order == ["a", "b"] * 3
+    assert [len(r.costs) for r in results] == [3, 3]
+
+
+def test_overhead_lightning_rows_reproduce_the_raw_loop(overhead):
+    pytest.importorskip("lightning")
+    base = overhead.SIZES["tiny"]
+    small = overhead.Size(base.name, base.layers, base.batch, 3, 2, base.task, 1)
+    rows = {k: c for k, c in overhead.contenders("bar").items()
+            if k in ("raw_dataloader", "lightning_minimal", "lightning_log_bar")}
+    results = overhead.measure(small, rows, repeats=1, warmup=0)
+    assert results["lightning_minimal"].same is True
+    assert results["lightning_log_bar"].same is True
+
+
+def test_overhead_command_line(overhead, capsys):
+    overhead.main(["--sizes", "tiny", "--repeats", "1", "--warmup", "0", "--no-lightning",
+                   "--steps-per-epoch", "2", "--epochs", "1", "--only", "engine_batches"])
+    out = capsys.readouterr().out
+    assert "| raw loop, DataLoader |" in out and "engine, TensorBatches" in out
+
+
+def _startup_smoke(only: str) -> dict:
+    startup = _load("startup")
+    results = startup.main(["--repeats", "1", "--warmup", "0", "--only", only])
+    assert set(results) == {"raw", *only.split(",")}
+    for samples in results.values():
+        assert samples.wall[0] > 0 and samples.cpu[0] > 0
+        assert samples.exit[0] >= samples.wall[0]
+    return results
+
+
+def test_startup_api_script_reaches_its_first_step():
+    _startup_smoke("api")
+
+
+@pytest.mark.slow
+def test_startup_cli_and_lightning_reach_their_first_step():
+    pytest.importorskip("lightning")
+    _startup_smoke("cli,lightning,import_torch")
