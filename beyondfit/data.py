@@ -102,7 +102,7 @@ class TensorBatches:
         bs = self.batch_size
         for i in range(start, len(self)):
             self._position = i + 1
-            batch = tuple(t[i * bs : (i + 1) * bs] for t in tensors)
+            batch = tuple([t[i * bs : (i + 1) * bs] for t in tensors])  # no generator
             yield batch[0] if len(batch) == 1 else batch
         self._pass += 1
         self._position = 0

@@ -64,6 +64,13 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
         if batch.device == device:
             return batch
         return batch.to(device, non_blocking=non_blocking)
+    if type(batch) is tuple or type(batch) is list:  # the usual batch: no recursive calls
+        moved = [
+            v if type(v) is torch.Tensor and v.device == device
+            else move_to_device(v, device, non_blocking)
+            for v in batch
+        ]  # fmt: skip
+        return tuple(moved) if type(batch) is tuple else moved
     if isinstance(batch, Mapping):
         moved = {k: move_to_device(v, device, non_blocking) for k, v in batch.items()}
         if type(batch) is dict:

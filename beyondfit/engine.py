@@ -43,6 +43,8 @@ _PRECISIONS = {
     "16": torch.float16, "fp16": torch.float16, "16-mixed": torch.float16, "float16": torch.float16,
 }  # fmt: skip
 _NONFINITE = ("raise", "skip", "ignore")
+# One stateless, reentrant no-op context for the hot path (no object per step).
+_NULL_CONTEXT = contextlib.nullcontext()
 
 
 class Engine:
@@ -307,15 +309,15 @@ class Engine:
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.amp_dtype is None:
-            return contextlib.nullcontext()
+            return _NULL_CONTEXT
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
     def _sync_context(self, boundary: bool) -> contextlib.AbstractContextManager[Any]:
         """Gradient sync for wrapped (DDP) models: only at the accumulation boundary."""
+        if boundary:  # every step when accumulate=1: skip the attribute lookup (a miss on a
+            return _NULL_CONTEXT  # plain Module raises and catches AttributeError inside)
         no_sync = getattr(self.forward_model, "no_sync", None)
-        if no_sync is not None and not boundary:
-            return no_sync()
-        return contextlib.nullcontext()
+        return no_sync() if no_sync is not None else _NULL_CONTEXT
 
     def _count_overflow(self) -> None:
         # After unscale_, the scaler knows (on the device) whether the gradients hold inf/NaN,
@@ -614,7 +616,7 @@ def _unpack(out: Any, training: bool) -> tuple[torch.Tensor, Mapping[str, Any]]:
     """Validate a closure's return value; give back the loss and the entries to track."""
     if isinstance(out, torch.Tensor):
         loss, logs = out, {"loss": out}
-    elif isinstance(out, Mapping):
+    elif type(out) is dict or isinstance(out, Mapping):  # dict first: skips the ABC check
         if "loss" not in out:
             raise BeyondfitError(
                 f"loss_fn returned a mapping without 'loss' (keys: {sorted(map(str, out))}); "

@@ -46,13 +46,15 @@ class MetricTracker:
         sums, counts = self._sums, self._counts
         for name, value in logs.items():
             if isinstance(value, torch.Tensor):
+                if value.requires_grad:  # values made without autograd (grad_norm) need no
+                    value = value.detach()  # detached view: one op less per step
                 total = sums.get(name)
                 if total is None:
                     # float32 accumulator: bf16/fp16 sums lose precision over an epoch.
-                    sums[name] = value.detach().to(torch.float32, copy=True).reshape(())
+                    sums[name] = value.to(torch.float32, copy=True).reshape(())
                     counts[name] = 1
                 else:
-                    total.add_(value.detach().reshape(()) if value.dim() else value.detach())
+                    total.add_(value.reshape(()) if value.dim() else value)
                     counts[name] += 1
             elif isinstance(value, (int, float)):
                 total = sums.get(name)
