@@ -138,14 +138,14 @@ class ProgressBar(ConsoleLogger):
 
         self.close()
         stream = self.stream if self.stream is not None else sys.stdout
-        width = _terminal_width(stream)
+        size = _terminal_size(stream)
         self.bar = tqdm(
             total=self._total(engine),
             initial=engine.global_step,
             unit="step",
-            dynamic_ncols=width is None,  # follow the terminal when it reports a size
-            ncols=width,
-            nrows=None if width is None else 20,  # tqdm hides every bar when told 0 rows
+            dynamic_ncols=size is None,  # follow the terminal when it reports a size
+            ncols=None if size is None else size[0],
+            nrows=None if size is None else size[1],  # tqdm hides every bar when told 0 rows
             file=stream,
             mininterval=self.refresh,
             leave=True,
@@ -230,25 +230,39 @@ class ProgressBar(ConsoleLogger):
         return ", ".join(f"{n}={self._shown[n]:.4g}" for n in names if n in self._shown)
 
 
+#: Shown first when logged: the losses and the returns (RL).
+_FIRST = ("loss", "val_loss", "val_return", "episode_return")
+
+
 def _key_metrics(values: Mapping[str, float], limit: int = 4) -> list[str]:
-    """The loss first, then the validation loss, other validation values, other training values."""
-    skip = {"epoch", "step"}
-    names = [n for n in ("loss", "val_loss") if n in values]
-    names += [n for n in values if n.startswith("val_") and n not in names]
-    names += [n for n in values if n not in names and n not in skip]
+    """The loss, validation loss and returns first, then other validation values, then the rest.
+
+    Bookkeeping (``epoch``, ``step``, ``env_steps``) and episode lengths are left out: they
+    say little a glance at the bar needs.
+    """
+
+    def shown(name: str) -> bool:
+        return name not in ("epoch", "step", "env_steps") and not name.endswith("_length")
+
+    names = [n for n in _FIRST if n in values]
+    names += [n for n in values if n.startswith("val_") and n not in names and shown(n)]
+    names += [n for n in values if n not in names and shown(n)]
     return names[:limit]
 
 
-def _terminal_width(stream: IO[str]) -> int | None:
-    """None when the terminal reports its size (tqdm then follows it), else 100 columns.
+def _terminal_size(stream: IO[str]) -> tuple[int, int] | None:
+    """None when the terminal reports a full size (tqdm then follows it), else a fixed one.
 
-    Pseudo-terminals without a size (``script``, some CI runners) report 0 x 0, with which
-    tqdm would draw nothing at all.
+    Pseudo-terminals without a size (``script``, some CI runners) report 0 columns or 0
+    rows, with which tqdm draws nothing at all; the reported columns are kept when known.
     """
     try:
-        return None if os.get_terminal_size(stream.fileno()).columns > 0 else 100
+        size = os.get_terminal_size(stream.fileno())
     except (AttributeError, OSError, ValueError):
-        return 100
+        return 100, 20
+    if size.columns > 0 and size.lines > 0:
+        return None
+    return (size.columns or 100), 20
 
 
 def _redirect_console_logs() -> contextlib.ExitStack:

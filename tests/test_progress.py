@@ -157,3 +157,12 @@ def test_console_formatter_keeps_info_bare_and_labels_warnings() -> None:
 
     assert formatter.format(record(logging.INFO)) == "epoch 1/2 - loss: 1"
     assert formatter.format(record(logging.WARNING)) == "WARNING: epoch 1/2 - loss: 1"
+
+
+def test_default_bar_metrics_put_losses_and_returns_first() -> None:
+    bar = ProgressBar(1)
+    bar._shown = {
+        "loss": 1.0, "policy_loss": 0.5, "env_steps": 4096.0, "episode_length": 30.0,
+        "episode_return": 30.0, "val_return": 47.0, "val_length": 47.0, "epoch": 1.0,
+    }  # fmt: skip
+    assert bar.postfix() == "loss=1, val_return=47, episode_return=30, policy_loss=0.5"
