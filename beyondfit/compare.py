@@ -167,13 +167,19 @@ def final_value(run: Run, name: str) -> float | None:
     return values[-1] if values else None
 
 
+def _short(value: float, digits: int) -> str:
+    # `digits` significant digits, but never 2e+02 for a plain 202.
+    text = f"{value:.{digits}g}"
+    return f"{value:.0f}" if "e+" in text else text
+
+
 def _mean_std(values: Sequence[float]) -> str:
     if not values:
         return "–"
     mean = statistics.fmean(values)
     if len(values) == 1:
-        return f"{mean:.4g}"
-    return f"{mean:.4g} ± {statistics.stdev(values):.2g}"
+        return _short(mean, 4)
+    return f"{_short(mean, 4)} ± {_short(statistics.stdev(values), 2)}"
 
 
 def table(settings: Sequence[Setting], names: Sequence[str]) -> str:
