@@ -292,8 +292,8 @@ class DDPStrategy(Strategy):
         if done is not None and done[0] is data:  # run() and fit() both ask: shard once
             return done[1]
         out = self._shard_train(data)
-        self._sharded[id(data)] = (data, out)
-        self._sharded[id(out)] = (out, out)
+        _remember(self._sharded, data, out)
+        _remember(self._sharded, out, out)
         return out
 
     def _shard_train(self, data: Any) -> Any:
@@ -328,7 +328,7 @@ class DDPStrategy(Strategy):
             sharded = _strided_loader(data, self.rank, self.world_size)
             if sharded is None:
                 sharded = _StridedIterable(data, self.rank, self.world_size)
-        self._eval_cache[id(data)] = (data, sharded)
+        _remember(self._eval_cache, data, sharded)
         return sharded
 
     def set_epoch(self, data: Any, epoch: int) -> None:
@@ -522,6 +522,15 @@ def rank_device(
             f"most {cuda_count} processes per node (torchrun --nproc_per_node={cuda_count})"
         )
     return torch.device("cuda", local_rank)
+
+
+def _remember(cache: dict[int, tuple[Any, Any]], data: Any, result: Any, size: int = 8) -> None:
+    # Keyed by id, holding the object so the id cannot be reused while cached; bounded, so
+    # evaluating many throwaway datasets does not keep them all alive.
+    cache.pop(id(data), None)
+    cache[id(data)] = (data, result)
+    while len(cache) > size:
+        del cache[next(iter(cache))]
 
 
 # ---------------------------------------------------------------------- the wrapped model

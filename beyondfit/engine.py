@@ -445,10 +445,12 @@ class Engine:
         # Last, so a checkpoint written here includes this step's log rows.
         for callback in step_hooks:
             callback.on_step_end(self)
-        # Under DDP a stop on one rank (a signal, a callback) stops every rank here.
-        self.should_stop, self.interrupted = self.strategy.agree_stop(
-            self.should_stop, self.interrupted
-        )
+        # Under DDP a stop on one rank (a signal, a callback) stops every rank here: one
+        # small host-side all-reduce per optimizer step, only when there are several ranks.
+        if self.strategy.is_distributed:
+            self.should_stop, self.interrupted = self.strategy.agree_stop(
+                self.should_stop, self.interrupted
+            )
 
     def _train_logs(self) -> dict[str, float]:
         """The tracked means, plus what the training data reports about itself.
