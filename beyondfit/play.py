@@ -1,16 +1,16 @@
 """Watch a trained policy: ``python -m beyondfit.play RUN_DIR [--episodes 5] [--video DIR]``.
 
-Loads ``policy.pt`` and ``policy.json`` that the gym task saved into its run directory, runs greedy
-episodes and prints their returns. ``--video DIR`` records them with Gymnasium's ``RecordVideo``
-(``rgb_array`` frames, written by moviepy, so ``pip install moviepy`` first, plus whatever the env
-needs to render, e.g. pygame for the classic-control envs).
+Loads the ``policy.pt`` that the gym task saved into its run directory (the weights plus the
+env id and architecture, also written to ``policy.json``), runs greedy episodes and prints their
+returns. ``--video DIR`` records them with Gymnasium's ``RecordVideo`` (``rgb_array`` frames,
+written by moviepy, so ``pip install moviepy`` first, plus whatever the env needs to render,
+e.g. pygame for the classic-control envs).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import sys
 from pathlib import Path
 
@@ -28,18 +28,21 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
     """Rebuild the policy saved in a run directory (or from its ``policy.pt``)."""
     path = Path(path)
     weights = path / "policy.pt" if path.is_dir() else path
-    meta_path = weights.with_name("policy.json")
-    if not weights.is_file() or not meta_path.is_file():
+    if not weights.is_file():
         raise BeyondfitError(
-            f"no saved policy at {str(path)!r}: expected policy.pt and policy.json, which a run "
-            "of an RL task (e.g. python -m beyondfit +task=cartpole) writes into its run directory"
+            f"no saved policy at {str(path)!r}: expected policy.pt, which a run of an RL task "
+            "(e.g. python -m beyondfit +task=cartpole) writes into its run directory"
         )
-    meta = json.loads(meta_path.read_text())
+    state = safe_load(weights)
+    meta = state.get("policy")
+    if not isinstance(meta, dict):
+        raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
+                             "by an RL task (python -m beyondfit +task=cartpole writes one)")
     env = gym.make(meta["env"])
     policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
                          activation=meta["activation"], log_std_init=meta["log_std_init"])
     env.close()
-    policy.load_state_dict(safe_load(weights))
+    policy.load_state_dict(state["model"])
     return policy.eval(), meta
 
 

@@ -160,3 +160,16 @@ def test_vector_env_uses_next_step_autoreset(mode):
     envs = make_vector_env(mode, 2)
     assert envs.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     envs.close()
+
+
+def test_shard_splits_the_budget_and_seeds_once():
+    col = collector("BeyondfitTest/Count-v0", total_env_steps=100, seed=7)
+    col.shard(1, 4)
+    col.shard(1, 4)  # the runner and the engine may both ask: no double split
+    assert col.total_env_steps == 25 and col.seed == 7 + 1_000_003
+    assert "env_steps" in col.metric_totals
+
+
+def test_length_is_the_number_of_batches_of_a_full_pass():
+    col = collector("BeyondfitTest/Count-v0", total_env_steps=20, epochs=2, minibatches=3)
+    assert len(col) == len(list(col)) == 12

@@ -68,8 +68,12 @@ class RolloutCollector:
         seed: seeds the environments and the collector's own sampling/shuffling generator.
 
     Observability without host syncs on the hot path: ``env_steps`` is a plain int, and
-    :meth:`metrics` returns (and restarts) episode statistics since its last call.
+    :meth:`metrics` returns (and restarts) episode statistics since its last call; the engine
+    adds them to its log rows.
     """
+
+    #: Metrics that are counts: summed over data-parallel ranks, not averaged.
+    metric_totals = ("env_steps",)
 
     def __init__(
         self,
@@ -103,6 +107,7 @@ class RolloutCollector:
         self._to_env = action_converter(envs.single_action_space)
         self.env_steps = 0
         self.rollouts = 0
+        self._unsharded: tuple[int, int] | None = None
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None
         self._next_obs: np.ndarray | None = None  # None: the envs need a (seeded) reset
@@ -120,6 +125,28 @@ class RolloutCollector:
     def batches_per_rollout(self) -> int:
         """Batches (= optimizer steps) the collector yields per rollout."""
         return self.epochs * self.minibatches
+
+    def __len__(self) -> int:
+        """Batches one full pass yields: whole rollouts until the env-step budget, x epochs x
+        minibatches. It lets schedulers and progress bars know the run's length."""
+        rollouts = -(-self.total_env_steps // self.env_steps_per_rollout)
+        return rollouts * self.batches_per_rollout
+
+    def shard(self, rank: int, world_size: int) -> RolloutCollector:
+        """Make this the collector of one of ``world_size`` data-parallel processes.
+
+        Each rank steps its own environments with its own seed, and takes an equal share of the
+        env-step budget, so the run as a whole still takes ``total_env_steps`` and every rank
+        yields the same number of batches (as data parallelism requires). ``env_steps`` and
+        :meth:`metrics` then describe this rank's share.
+        """
+        if self._unsharded is None:  # idempotent: sharding twice must not split twice
+            self._unsharded = (self.seed, self.total_env_steps)
+        seed, total = self._unsharded
+        # Far apart: SyncVectorEnv seeds copy i with seed + i.
+        self.seed = seed + 1_000_003 * rank
+        self.total_env_steps = -(-total // world_size)
+        return self
 
     # ----------------------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[RolloutBatch]:
@@ -254,3 +281,4 @@ class RolloutCollector:
     def close(self) -> None:
         """Close the environments."""
         self.envs.close()
+

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
 
 from beyondfit.errors import BeyondfitError
 from beyondfit.rl.collector import RolloutBatch
@@ -23,7 +24,13 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
     # Scale-free advantages make one learning rate fit rewards of any magnitude.
     if x.numel() < 2:
         return x - x.mean()
-    return (x - x.mean()) / (x.std() + 1e-8)
+    std, mean = torch.std_mean(x)
+    return (x - mean) / (std + 1e-8)
+
+
+def _value_loss(model: ActorCritic, batch: RolloutBatch) -> torch.Tensor:
+    # Half the mean squared error: its gradient is the plain residual.
+    return 0.5 * F.mse_loss(model.value(batch.obs), batch.returns)
 
 
 def reinforce_loss(
@@ -39,7 +46,7 @@ def reinforce_loss(
         logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
         advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
         policy_loss = -(logp * advantages).mean()
-        value_loss = 0.5 * (model.value(batch.obs) - batch.returns).pow(2).mean()
+        value_loss = _value_loss(model, batch)
         entropy = entropy.mean()
         loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
         return {"loss": loss, "policy_loss": policy_loss.detach(),
@@ -79,7 +86,7 @@ def ppo_loss(
         surrogate = torch.min(ratio * advantages,
                               ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
         policy_loss = -surrogate.mean()
-        value_loss = 0.5 * (model.value(batch.obs) - batch.returns).pow(2).mean()
+        value_loss = _value_loss(model, batch)
         entropy = entropy.mean()
         loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
         with torch.no_grad():
