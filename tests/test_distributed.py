@@ -388,6 +388,32 @@ def _check_data_loaders(rank: int, world: int) -> None:
     assert mine == ([[0, 1, 2], [6, 7, 8]] if rank == 0 else [[3, 4, 5], [9]])
 
 
+def _check_rl_collectors(rank: int, world: int) -> None:
+    """RL: each rank steps its own envs (own seed, half the env-step budget); the logged
+    env_steps are the sum over ranks, and the policies stay equal."""
+    from beyondfit.tasks.gym import build
+
+    task = build(seed=0, algo="a2c", num_envs=4, total_env_steps=2048, eval_episodes=2)
+    recorder = _Recorder()
+    engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
+                    device="cpu", callbacks=[recorder], log_every=1)
+    try:
+        engine.fit(task.train_data, epochs=1)
+        collector = engine.train_data
+        assert collector.total_env_steps == 1024 and collector.env_steps == 1024
+        assert len(set(_gather(collector.seed))) == world
+        per_step = 16 * 4 * world  # a2c: one rollout of 16 steps x 4 envs per rank and step
+        assert [r["env_steps"] for r in recorder.logs] == [
+            per_step * k for k in range(1, engine.global_step + 1)
+        ]
+        assert engine.history[-1]["env_steps"] == 2048
+        params = _gather(_params(task.model))
+        torch.testing.assert_close(params[0], params[1])
+    finally:
+        task.train_data.close()
+        task.val_data.close()
+
+
 def _worker(rank: int, world: int, store: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
@@ -398,11 +424,12 @@ def _worker(rank: int, world: int, store: str) -> None:
         _check_skips_and_stops_agree(rank, world)
         _check_methods_and_submodules_are_synchronised(rank, world)
         _check_data_loaders(rank, world)
+        _check_rl_collectors(rank, world)
     finally:
         dist.destroy_process_group()
 
 
-def test_two_processes_share_gradients_metrics_skips_and_stops(tmp_path: Path) -> None:
+def test_two_processes_share_gradients_metrics_skips_stops_and_env_steps(tmp_path: Path) -> None:
     mp.spawn(_worker, args=(WORLD, str(tmp_path / "store")), nprocs=WORLD, join=True)
 
 
@@ -463,3 +490,26 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     epochs = [r for r in rows(run_dir) if r["kind"] == "epoch"]
     # One process: all 353 rows per epoch, 12 batches.
     assert [(r["epoch"], r["step"]) for r in epochs] == [(1, 6), (2, 12), (3, 18), (4, 30)]
+
+
+def _cartpole(tmp_path: Path, *overrides: str) -> tuple[subprocess.CompletedProcess[str], list]:
+    result = torchrun("+task=cartpole", "device=cpu", "hydra.run.dir=run", *overrides,
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["run"]
+    return result, rows(tmp_path / "run")
+
+
+def _check_summed_env_steps(logged: list) -> None:
+    train = [r for r in logged if r["kind"] == "train"]
+    assert train
+    # A2C: one optimizer step per rollout of 16 steps x 8 envs on each of the 2 ranks.
+    assert all(r["env_steps"] == r["step"] * 16 * 8 * WORLD for r in train)
+
+
+@pytest.mark.slow
+def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
+    result, logged = _cartpole(tmp_path)
+    _check_summed_env_steps(logged)
+    val = [r["val_return"] for r in logged if r["kind"] == "val"]
+    assert val[-1] >= 475 and "CartPole-v1 solved" in result.stdout
