@@ -86,9 +86,11 @@ timeout 120 python -m torch.distributed.run --standalone --nproc_per_node="$NPRO
 rc=$?
 t1=$(date +%s.%N)
 result=$(grep -o 'validation R2: model [-0-9.]*' "$OUT/reg-ddp.log" | tail -n 1)
+engine=$(grep -o 'done in [0-9.]*s' "$OUT/reg-ddp.log" | grep -o '[0-9.]*' | tail -n 1)
 if [ $rc -ne 0 ]; then STATUS=1; result="FAILED (exit $rc): $(tail -n 1 "$OUT/reg-ddp.log")"; fi
 ROWS+=("$(printf '%-11s %-5s %-6s %7s %8s  %s' "ddp x$NPROC" "$DEVICE" 32 \
-    "$(elapsed "$t0" "$t1")" - "$result")")
+    "$(elapsed "$t0" "$t1")" "${engine:--}" "$result")")
+echo "${ROWS[-1]}"
 
 echo
 echo "== summary (logs and run directories in $OUT)"
