@@ -155,3 +155,13 @@ def test_bad_task_option_is_clear(tmp_path: Path) -> None:
     cfg = config("+task.nosuch=1")
     with pytest.raises(BeyondfitError, match="nosuch"):
         run(cfg, tmp_path)
+
+
+def test_multirun_without_sweep_dir_writes_one_dir_per_job(tmp_path: Path) -> None:
+    # The default sweep dir must resolve in multirun mode (no HydraConfig exists yet there).
+    result = cli("-m", "+task=regression", "seed=0,1", "train.epochs=1", "plots=false",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sweep = tmp_path / "multirun" / "regression"
+    jobs = sorted(p.parent.name for p in sweep.glob("*/*/metrics.jsonl"))
+    assert jobs == ["0", "1"]
