@@ -166,7 +166,8 @@ class Engine:
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
         self.train_metrics.reducer = self.val_metrics.reducer = self.strategy.metric_reducer()
         # fp16: optimizer steps the GradScaler skipped (inf/NaN gradients), counted per epoch.
-        self.train_metrics.totals.add("overflow_steps")
+        # Likewise counted, not averaged: micro-batches dropped for non-finite values.
+        self.train_metrics.totals.update(("overflow_steps", "skipped_steps"))
         self._window_synced = False  # did a backward of this window all-reduce gradients?
 
         # Counters (all saved in checkpoints).

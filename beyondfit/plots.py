@@ -177,6 +177,8 @@ class CurvesPlot(Callback):
         title: a title above the panels (the CLI gives the task's name).
     """
 
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+
     def __init__(self, run_dir: str | Path, title: str | None = None) -> None:
         require_matplotlib()  # fail before training, not after it
         self.run_dir = Path(run_dir)

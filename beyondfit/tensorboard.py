@@ -55,6 +55,8 @@ class TensorBoardLogger(Callback):
         flush_secs: seconds between flushes of pending events to disk.
     """
 
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+
     def __init__(
         self,
         log_dir: str | Path,
