@@ -67,8 +67,8 @@ class Size:
 SIZES = {
     "tiny": Size("tiny", (5, 64, 64, 1), 64, steps_per_epoch=50, epochs=8,
                  task="regression", repeats=7),
-    "medium": Size("medium", (784, 512, 512, 10), 256, steps_per_epoch=10, epochs=4,
-                   task="classification", repeats=5),
+    "medium": Size("medium", (784, 512, 512, 10), 256, steps_per_epoch=10, epochs=8,
+                   task="classification", repeats=7),
 }  # fmt: skip
 
 
@@ -546,11 +546,66 @@ def table(size: Size, rows: dict[str, Row]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------- work counts
+def count_work(problem: Problem, run: Run) -> tuple[float, float, float]:
+    """Deterministic work per optimizer step: (torch ops, Python calls, C calls).
+
+    Every op that reaches torch's dispatcher is counted by a dispatch mode, every function
+    call by a profile hook, over a whole run (epoch boundaries included). Unlike times,
+    these do not depend on how busy the machine is.
+    """
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+            Ops.n += 1
+            return func(*args, **(kwargs or {}))
+
+    calls = {"call": 0, "c_call": 0}
+
+    def hook(frame: Any, event: str, arg: Any) -> None:
+        if event in calls:
+            calls[event] += 1
+
+    timer = Timer(time.perf_counter)
+    with Ops():
+        steps = len(run(problem, timer).costs)
+    sys.setprofile(hook)
+    try:
+        run(problem, Timer(time.perf_counter))
+    finally:
+        sys.setprofile(None)
+    return Ops.n / steps, calls["call"] / steps, calls["c_call"] / steps
+
+
+def count_table(size: Size, rows: dict[str, Contender]) -> str:
+    """Markdown: work per step of each contender, and its excess over its raw loop."""
+    problem = Problem.build(size)
+    with contextlib.redirect_stdout(sys.stderr):
+        work = {key: count_work(problem, c.run) for key, c in rows.items()}
+    lines = [
+        f"**{size.name}**: work per optimizer step (whole run, {size.epochs} epochs)",
+        "",
+        "| contender | torch ops | Python calls | C calls | vs own raw loop |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for key, c in rows.items():
+        ops, py, cc = work[key]
+        extra = ""
+        if c.reference in work:
+            r_ops, r_py, r_cc = work[c.reference]
+            extra = f"{ops - r_ops:+.1f} ops, {py - r_py:+.1f} Python, {cc - r_cc:+.1f} C calls"
+        lines.append(f"| {c.label} | {ops:.1f} | {py:.1f} | {cc:.1f} | {extra} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, Row]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="tiny,medium", help="comma list of tiny, medium")
     parser.add_argument("--repeats", type=int, default=0,
-                        help="counted runs per size (default: 7 tiny, 5 medium)")
+                        help="counted runs per size (default: 7)")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted runs first")
     parser.add_argument("--only", default="", help="comma list of contender keys")
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out")
@@ -558,6 +613,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Row]]:
                         help="thread CPU time (default) or wall time per step")
     parser.add_argument("--steps-per-epoch", type=int, default=0, help="override (smoke runs)")
     parser.add_argument("--epochs", type=int, default=0, help="override (smoke runs)")
+    parser.add_argument("--count", action="store_true",
+                        help="count torch ops and Python calls per step instead of timing")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)  # both sides: tiny models are fastest, and least noisy, on one
@@ -581,8 +638,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Row]]:
             size = Size(size.name, size.layers, size.batch,
                         args.steps_per_epoch or size.steps_per_epoch,
                         args.epochs or size.epochs, size.task, size.repeats)  # fmt: skip
+        if args.count:
+            print(count_table(size, rows) + "\n", flush=True)
+            continue
         results[name] = measure(size, rows, args.repeats or size.repeats, args.warmup, clock)
         print(table(size, results[name]) + "\n", flush=True)
+    if args.count:
+        return results
     print(
         "Contenders run in lockstep (one optimizer step each in turn). ms/step: median step "
         "cost, median over runs; × columns: ratios within a run, median over runs; all steps: "

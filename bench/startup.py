@@ -178,7 +178,7 @@ class Samples:
 
 def run_once(key: str, folder: Path) -> tuple[float, float, float, float]:
     """Launch one contender: wall and CPU time to its first step, wall and CPU to its exit."""
-    script = folder / f"{key}.py"
+    script = folder / f"start_{key}.py"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
@@ -207,7 +207,8 @@ def write_scripts(folder: Path, keys: list[str]) -> None:
         text = textwrap.dedent(SCRIPTS[key])
         if key == "cli":
             text = f"RUN_DIR = {str(folder / 'runs')!r}\n" + text
-        (folder / f"{key}.py").write_text(text)
+        # "start_": a script named lightning.py would shadow the lightning package.
+        (folder / f"start_{key}.py").write_text(text)
 
 
 def measure(keys: list[str], repeats: int, warmup: int = 1) -> dict[str, Samples]:

@@ -78,6 +78,18 @@ def test_overhead_lightning_rows_reproduce_the_raw_loop(overhead):
     assert results["lightning_log_bar"].same is True
 
 
+def test_overhead_engine_adds_few_torch_ops_per_step(overhead):
+    """Counted, not timed: the engine's step is the raw step plus the loss check and grad_norm."""
+    base = overhead.SIZES["tiny"]
+    small = overhead.Size(base.name, base.layers, base.batch, 20, 2, base.task, 1)
+    problem = overhead.Problem.build(small)
+    raw_ops, raw_py, _ = overhead.count_work(problem, overhead.raw_slicing)
+    ops, py, _ = overhead.count_work(problem, overhead.engine_batches)
+    # .item() for the non-finite check, one add_ for grad_norm; bookkeeping per epoch besides.
+    assert ops - raw_ops <= 3, "the engine's hot path grew torch ops: run bench/overhead.py"
+    assert py > raw_py
+
+
 def test_overhead_command_line(overhead, capsys):
     overhead.main(["--sizes", "tiny", "--repeats", "1", "--warmup", "0", "--no-lightning",
                    "--steps-per-epoch", "2", "--epochs", "1", "--only", "engine_batches"])
