@@ -20,32 +20,34 @@ if TYPE_CHECKING:
 log = logging.getLogger("beyondfit")
 
 
-class MetricsFile(Callback):
-    """Append one JSON object per event to ``path`` (``metrics.jsonl`` in a run directory).
+class RowWriter(Callback):
+    """Base of the metrics files: one row per event, and a row count saved in checkpoints.
 
-    Each row has ``kind`` (``train`` at log intervals, ``val`` after an evaluation,
-    ``epoch`` at epoch end), ``epoch``, ``step`` and the values (NaN/inf written as null).
-    Its state is the number of rows written, saved in checkpoints: a resumed run first
-    cuts the file back to that many rows, so rows are never duplicated or lost.
+    Events: ``train`` at log intervals, ``val`` after an evaluation, ``epoch`` at epoch end.
+    Subclasses write :meth:`make_row`'s dict in their format (``write_row``) and cut their
+    file back to a checkpoint's row count (``load_state_dict``), so a resumed run never
+    duplicates or loses a row.
     """
 
     rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+    rows: int = 0
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.rows = 0
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():
-            self.rows = sum(1 for _ in self.path.open())
-
-    def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
+    @staticmethod
+    def make_row(engine: Engine, kind: str, logs: Mapping[str, float]) -> dict[str, Any]:
+        """``kind``, ``epoch``, ``step`` and the values (NaN/inf as ``None``)."""
         epoch = int(logs["epoch"]) if kind == "epoch" else engine.epoch + 1
         row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": engine.global_step}
         for key, value in logs.items():
             if key not in ("epoch", "step"):
                 row[key] = finite_or_none(float(value))
-        with self.path.open("a") as f:
-            f.write(json.dumps(row) + "\n")
+        return row
+
+    def write_row(self, row: dict[str, Any]) -> None:
+        """Append one row to the file."""
+        raise NotImplementedError
+
+    def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
+        self.write_row(self.make_row(engine, kind, logs))
         self.rows += 1
 
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
@@ -63,6 +65,28 @@ class MetricsFile(Callback):
     def state_dict(self) -> dict[str, int]:
         """Rows written so far."""
         return {"rows": self.rows}
+
+
+class MetricsFile(RowWriter):
+    """Append one JSON object per event to ``path`` (``metrics.jsonl`` in a run directory).
+
+    Each row has ``kind`` (``train`` at log intervals, ``val`` after an evaluation,
+    ``epoch`` at epoch end), ``epoch``, ``step`` and the values (NaN/inf written as null).
+    Its state is the number of rows written, saved in checkpoints: a resumed run first
+    cuts the file back to that many rows, so rows are never duplicated or lost.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.rows = 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            self.rows = sum(1 for _ in self.path.open())
+
+    def write_row(self, row: dict[str, Any]) -> None:
+        """One JSON object per line."""
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Cut the file back to the rows that existed when the checkpoint was written."""
@@ -119,7 +143,7 @@ class ConsoleLogger(Callback):
                  time.perf_counter() - self._start)
 
 
-class CsvFile(Callback):
+class CsvFile(RowWriter):
     """The rows of :class:`MetricsFile` as one CSV table (``metrics.csv``, ``logger=csv``).
 
     Columns: ``kind``, ``epoch``, ``step``, then every logged name in the order it first
@@ -128,8 +152,6 @@ class CsvFile(Callback):
     evaluation, say), the file is rewritten once with the wider header. Like the JSONL
     file, its state is the number of rows written, and a resumed run cuts it back.
     """
-
-    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -142,18 +164,13 @@ class CsvFile(Callback):
                 self.columns = next(reader, self.columns)
                 self.rows = sum(1 for _ in reader)
 
-    def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
-        epoch = int(logs["epoch"]) if kind == "epoch" else engine.epoch + 1
-        row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": engine.global_step}
-        for key, value in logs.items():
-            if key not in ("epoch", "step"):
-                row[key] = finite_or_none(float(value))
+    def write_row(self, row: dict[str, Any]) -> None:
+        """Append the row; widen the header first when it brings a new name."""
         new = [key for key in row if key not in self.columns]
         if new or not self.path.exists():
             self._rewrite(self.columns + new)
         with self.path.open("a", newline="") as f:
             csv.DictWriter(f, self.columns).writerow(row)
-        self.rows += 1
 
     def _rewrite(self, columns: list[str], keep: int | None = None) -> None:
         """Write the file again with ``columns`` as header, keeping its first ``keep`` rows."""
@@ -171,22 +188,6 @@ class CsvFile(Callback):
         os.replace(tmp, self.path)
         self.columns = columns
         self.rows = len(old)
-
-    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """A ``train`` row with the running means."""
-        self._write(engine, "train", logs)
-
-    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """A ``val`` row with the evaluation."""
-        self._write(engine, "val", logs)
-
-    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """An ``epoch`` row: the history entry."""
-        self._write(engine, "epoch", logs)
-
-    def state_dict(self) -> dict[str, int]:
-        """Rows written so far."""
-        return {"rows": self.rows}
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Cut the table back to the rows that existed when the checkpoint was written."""
