@@ -173,3 +173,14 @@ def test_shard_splits_the_budget_and_seeds_once():
 def test_length_is_the_number_of_batches_of_a_full_pass():
     col = collector("BeyondfitTest/Count-v0", total_env_steps=20, epochs=2, minibatches=3)
     assert len(col) == len(list(col)) == 12
+
+
+def test_log_probs_are_optional_and_ppo_asks_for_them():
+    from beyondfit.errors import BeyondfitError
+    from beyondfit.rl.losses import make_loss
+
+    col = collector("BeyondfitTest/Count-v0", log_probs=False, minibatches=2)
+    batch = next(iter(col))
+    assert batch.logp is None
+    with pytest.raises(BeyondfitError, match="log_probs=True"):
+        make_loss("ppo")(col.policy, batch)

@@ -92,3 +92,14 @@ def test_categorical_log_prob_and_sampling_match_torch_distributions():
     with torch.inference_mode():
         freq = torch.bincount(model.act(obs), minlength=3).float() / len(obs)
     assert torch.allclose(freq, reference.probs[0], atol=0.02)  # Gumbel-max samples exactly
+
+
+@pytest.mark.parametrize("space", [gym.spaces.Discrete(3), gym.spaces.Box(-1.0, 1.0, (2,))])
+def test_sample_returns_the_log_prob_of_what_it_sampled(space):
+    torch.manual_seed(0)
+    model = ActorCritic(OBS, space, hidden=(8,), log_std_init=-0.3)
+    obs = torch.randn(6, 3)
+    with torch.inference_mode():
+        action, logp = model.sample(obs)
+        again, _ = model.log_prob_entropy(obs, action)
+    assert torch.allclose(logp, again, atol=1e-5)

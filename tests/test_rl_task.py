@@ -53,11 +53,11 @@ gym.register("BeyondfitTest/TupleAction-v0", entry_point=TupleActionEnv)
         ({"algo": "dqn"}, ["task.algo='dqn'", "reinforce, a2c, ppo"]),
         ({"num_envs": 0}, ["task.num_envs=0", "positive"]),
         ({"num_envs": -3}, ["task.num_envs=-3", "positive"]),
-        ({"per_algo": {"a2c": {"rollout_steps": 0}}}, ["rollout_steps=0", "positive"]),
+        ({"per_algo": {"ppo": {"rollout_steps": 0}}}, ["rollout_steps=0", "positive"]),
         ({"gamma": 1.5}, ["task.gamma=1.5", "[0, 1]"]),
         ({"gamma": -0.1}, ["task.gamma=-0.1", "[0, 1]"]),
-        ({"per_algo": {"a2c": {"gae_lambda": 2}}}, ["gae_lambda=2", "[0, 1]"]),
-        ({"per_algo": {"a2c": {"horizon": 5}}}, ["horizon", "task.per_algo.a2c"]),
+        ({"per_algo": {"ppo": {"gae_lambda": 2}}}, ["gae_lambda=2", "[0, 1]"]),
+        ({"per_algo": {"ppo": {"horizon": 5}}}, ["horizon", "task.per_algo.ppo"]),
         ({"activation": "gelu"}, ["task.activation='gelu'", "relu, tanh"]),
     ],
 )
@@ -92,7 +92,7 @@ def test_short_cartpole_run_improves_on_the_untrained_policy(tmp_path):
     assert json.loads((tmp_path / "policy.json").read_text())["env"] == "CartPole-v1"
 
 
-@pytest.mark.parametrize("algo", ["reinforce", "ppo"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo"])
 def test_every_algorithm_trains_through_the_engine(algo):
     _, engine = train(0, total_env_steps=2048, algo=algo)
     assert engine.global_step > 0 and "val_return" in engine.last_val

@@ -38,7 +38,7 @@ class RolloutBatch(NamedTuple):
         actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32
             (unclipped).
         logp: their log-probabilities under the policy that collected them (the denominator of
-            PPO's ratio).
+            PPO's ratio); ``None`` when the collector was built with ``log_probs=False``.
         values: the critic's values at collection time.
         advantages: GAE (``lambda=1``: return minus baseline, i.e. REINFORCE with a baseline).
         returns: ``advantages + values``, the critic's regression target.
@@ -46,7 +46,7 @@ class RolloutBatch(NamedTuple):
 
     obs: torch.Tensor
     actions: torch.Tensor
-    logp: torch.Tensor
+    logp: torch.Tensor | None
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
@@ -66,6 +66,8 @@ class RolloutCollector:
         epochs: passes over each rollout (PPO); 1 for on-policy one-shot algorithms.
         minibatches: minibatches per pass; each pass reshuffles.
         seed: seeds the environments and the collector's own sampling/shuffling generator.
+        log_probs: record the collecting policy's log-probabilities (PPO needs them; REINFORCE
+            and A2C do not, and skip the extra forward pass).
 
     Observability without host syncs on the hot path: ``env_steps`` is a plain int, and
     :meth:`metrics` returns (and restarts) episode statistics since its last call; the engine
@@ -87,6 +89,7 @@ class RolloutCollector:
         epochs: int = 1,
         minibatches: int = 1,
         seed: int = 0,
+        log_probs: bool = True,
     ) -> None:
         for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
                             ("epochs", epochs), ("minibatches", minibatches)):
@@ -104,6 +107,7 @@ class RolloutCollector:
         self.num_steps, self.total_env_steps = num_steps, total_env_steps
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.epochs, self.minibatches, self.seed = epochs, minibatches, seed
+        self.log_probs = log_probs
         self._to_env = action_converter(envs.single_action_space)
         self.env_steps = 0
         self.rollouts = 0
@@ -173,7 +177,7 @@ class RolloutCollector:
                 # so optimizer steps per rollout stay fixed whatever the number of valid steps.
                 perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
                 for idx in perm.tensor_split(self.minibatches):
-                    yield RolloutBatch(*(field[idx] for field in batch))
+                    yield RolloutBatch(*(None if f is None else f[idx] for f in batch))
 
     def _collect(self, device: torch.device) -> RolloutBatch:
         """Run one rollout and return its valid transitions with advantages and returns."""
@@ -182,11 +186,16 @@ class RolloutCollector:
         to_obs = observation_converter(device)
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
+        logp_steps: list[torch.Tensor] = []
         next_obs = self._next_obs
         with torch.inference_mode():
             for _ in range(T):
                 obs = to_obs(next_obs)
-                action = policy.act(obs, generator=gen)
+                if self.log_probs:
+                    action, logp = policy.sample(obs, generator=gen)
+                    logp_steps.append(logp)
+                else:
+                    action = policy.act(obs, generator=gen)
                 next_obs, reward, term, trunc, _ = envs.step(to_env(action))
                 obs_steps.append(obs)
                 action_steps.append(action)
@@ -194,12 +203,12 @@ class RolloutCollector:
                 term_steps.append(term)
                 trunc_steps.append(trunc)
             obs_steps.append(to_obs(next_obs))
-            # The policy did not change during the rollout: values and log-probs of every step
-            # come from one batched forward instead of T small ones.
+            # The policy did not change during the rollout: the values of every step come from
+            # one batched critic pass instead of T small ones.
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
             values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
-            logp, _ = policy.log_prob_entropy(obs_all[:T].flatten(0, 1), actions.flatten(0, 1))
+            logp = torch.cat(logp_steps) if self.log_probs else None
         rewards = np.stack(reward_steps).astype(np.float32, copy=False)
         terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
         done = terminated | truncated
@@ -214,13 +223,14 @@ class RolloutCollector:
         advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
                                     self.gae_lambda).to(device)
         # Indexing outside inference mode makes ordinary tensors that autograd may save.
-        keep = torch.from_numpy(valid.reshape(-1)).to(device)
+        # (Indices once: a boolean mask would search for the kept rows again for every field.)
+        keep = torch.from_numpy(np.flatnonzero(valid)).to(device)
         flat_values = values[:T].reshape(-1)[keep]
         flat_adv = advantages.reshape(-1)[keep]
         return RolloutBatch(
             obs=obs_all[:T].flatten(0, 1)[keep],
             actions=actions.flatten(0, 1)[keep],
-            logp=logp[keep],
+            logp=None if logp is None else logp[keep],
             values=flat_values,
             advantages=flat_adv,
             returns=flat_adv + flat_values,
@@ -233,6 +243,10 @@ class RolloutCollector:
         last episode end is the total return of all its episodes that ended here; what follows
         that point is carried into the next rollout. Lengths likewise, counting valid steps only.
         """
+        if not done.any():  # the common case once episodes are long: only carry the sums
+            self._ep_return = self._ep_return + rewards.sum(axis=0)
+            self._ep_length = self._ep_length + valid.sum(axis=0)
+            return
         run_return = self._ep_return + np.cumsum(rewards, axis=0)  # (T, N); a reset step adds 0
         run_length = self._ep_length + np.cumsum(valid, axis=0)
         ended = done.any(axis=0)

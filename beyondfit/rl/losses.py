@@ -79,6 +79,11 @@ def ppo_loss(
     """
 
     def loss_fn(model: ActorCritic, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        if batch.logp is None:
+            raise BeyondfitError(
+                "PPO needs the log-probabilities of the collecting policy, but the batch has "
+                "none: build the RolloutCollector with log_probs=True"
+            )
         logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
         advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
         log_ratio = logp - batch.logp
