@@ -402,7 +402,8 @@ def _check_rl_collectors(rank: int, world: int) -> None:
         collector = engine.train_data
         assert collector.total_env_steps == 1024 and collector.env_steps == 1024
         assert len(set(_gather(collector.seed))) == world
-        per_step = 16 * 4 * world  # a2c: one rollout of 16 steps x 4 envs per rank and step
+        # a2c: one rollout of num_steps x 4 envs per rank and optimizer step
+        per_step = collector.num_steps * 4 * world
         assert [r["env_steps"] for r in recorder.logs] == [
             per_step * k for k in range(1, engine.global_step + 1)
         ]
@@ -505,11 +506,12 @@ def _check_summed_env_steps(logged: list) -> None:
     assert train
     # A2C: one optimizer step per rollout of 16 steps x 8 envs on each of the 2 ranks.
     assert all(r["env_steps"] == r["step"] * 16 * 8 * WORLD for r in train)
+    # (the run pins task.algo=a2c and its rollout length, whatever the task's default is)
 
 
 @pytest.mark.slow
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
-    result, logged = _cartpole(tmp_path)
+    result, logged = _cartpole(tmp_path, "task.algo=a2c", "task.per_algo.a2c.rollout_steps=16")
     _check_summed_env_steps(logged)
     val = [r["val_return"] for r in logged if r["kind"] == "val"]
     assert val[-1] >= 475 and "CartPole-v1 solved" in result.stdout
