@@ -57,8 +57,8 @@ class RolloutCollector:
 
     Args:
         envs: a Gymnasium vector env with next-step autoreset (see :func:`make_vector_env`).
-        policy: the model being trained; the collector reads its current parameters every step, on
-            whatever device the engine moved it to.
+        policy: the model being trained; the collector uses its current parameters at every
+            step, on whatever device the engine moved it to.
         num_steps: steps per environment per rollout (``T``); a rollout has ``T * N`` transitions.
         total_env_steps: iteration stops once this many env steps (summed over envs) were taken.
         gamma: discount factor.
@@ -67,7 +67,7 @@ class RolloutCollector:
         minibatches: minibatches per pass; each pass reshuffles.
         seed: seeds the environments and the collector's own sampling/shuffling generator.
         log_probs: record the collecting policy's log-probabilities (PPO needs them; REINFORCE
-            and A2C do not, and skip the extra forward pass).
+            and A2C do not, and skip computing them).
 
     Observability without host syncs on the hot path: ``env_steps`` is a plain int, and
     :meth:`metrics` returns (and restarts) episode statistics since its last call; the engine
@@ -100,8 +100,8 @@ class RolloutCollector:
                 raise BeyondfitError(f"{name}={value!r} must lie in [0, 1], e.g. {name}=0.99")
         if minibatches > num_steps * envs.num_envs:
             raise BeyondfitError(
-                f"task.minibatches={minibatches} exceeds the rollout size "
-                f"{num_steps} steps x {envs.num_envs} envs; lower it or raise task.rollout_steps"
+                f"minibatches={minibatches} exceeds the rollout size {num_steps} steps x "
+                f"{envs.num_envs} envs; use fewer minibatches or longer rollouts"
             )
         self.envs, self.policy = envs, policy
         self.num_steps, self.total_env_steps = num_steps, total_env_steps
