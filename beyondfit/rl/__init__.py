@@ -1,0 +1,34 @@
+"""Reinforcement learning as data for the one engine.
+
+A :class:`RolloutCollector` is the training data (an iterable of :class:`RolloutBatch`), a loss
+closure from :mod:`beyondfit.rl.losses` is the algorithm, a :class:`GreedyEvaluator` is the
+validation. Nothing here runs a training loop::
+
+    envs = make_vector_env("CartPole-v1", 8)
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    data = RolloutCollector(envs, policy, num_steps=64, total_env_steps=50_000,
+                            epochs=4, minibatches=2)
+    engine = Engine(policy, ppo_loss(), torch.optim.Adam(policy.parameters(), 3e-3))
+    engine.fit(data, val_data=GreedyEvaluator("CartPole-v1"), eval_every=32)
+"""
+
+from beyondfit.rl.collector import RolloutBatch, RolloutCollector
+from beyondfit.rl.envs import make_vector_env
+from beyondfit.rl.evaluate import GreedyEvaluator
+from beyondfit.rl.losses import a2c_loss, make_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.returns import discounted_returns, gae_advantages
+
+__all__ = [
+    "ActorCritic",
+    "GreedyEvaluator",
+    "RolloutBatch",
+    "RolloutCollector",
+    "a2c_loss",
+    "discounted_returns",
+    "gae_advantages",
+    "make_loss",
+    "make_vector_env",
+    "ppo_loss",
+    "reinforce_loss",
+]
