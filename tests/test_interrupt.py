@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from signals import SendSignal
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
@@ -20,17 +21,6 @@ from beyondfit.checkpointing import Checkpointer, resume, step_checkpoints
 from beyondfit.interrupt import GracefulInterrupt, TrainingInterrupted
 
 TESTS = Path(__file__).resolve().parent
-
-
-class SendSignal(Callback):
-    """Sends this process ``signum`` at the end of optimizer step ``at``."""
-
-    def __init__(self, at: int, signum: int = signal.SIGINT) -> None:
-        self.at, self.signum = at, signum
-
-    def on_step_end(self, engine: Engine) -> None:
-        if engine.global_step == self.at:
-            os.kill(os.getpid(), self.signum)
 
 
 def make_engine(callbacks: list[Callback]) -> tuple[Engine, TensorBatches]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from signals import SendSignal
 from torch import nn
 
 from beyondfit import Callback, Engine, TensorBatches
@@ -31,17 +32,6 @@ class Crash(Callback):
     def on_step_end(self, engine: Engine) -> None:
         if engine.global_step == self.at:
             raise RuntimeError(f"crash after step {self.at}")
-
-
-class SendSignal(Callback):
-    """Sends this process ``signum`` during optimizer step ``at``, as a user's Ctrl-C would."""
-
-    def __init__(self, at: int, signum: int = signal.SIGINT) -> None:
-        self.at, self.signum = at, signum
-
-    def on_step_end(self, engine: Engine) -> None:
-        if engine.global_step == self.at:
-            os.kill(os.getpid(), self.signum)
 
 
 def make_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
