@@ -190,10 +190,25 @@ def build_optimizer(optimizer_cfg: DictConfig) -> Any:
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
         raise BeyondfitError(f"optimizer.lr={lr!r}; the learning rate must be a positive number")
     factory = instantiate(optimizer_cfg)
+    has_fused = "fused" in optimizer_cfg
 
     def build(params: list[Any]) -> Any:
         try:
-            return factory(params)
+            try:
+                return factory(params)
+            except (RuntimeError, TypeError) as exc:
+                if not has_fused or "fused" not in str(exc):
+                    raise
+                # `fused` is a speed hint, not a change of algorithm: where this optimizer or
+                # torch build has no fused kernel for these parameters (RMSprop; CPU before
+                # torch 2.4), run the default implementation instead of failing.
+                if optimizer_cfg.get("fused"):
+                    reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+                    log.info("optimizer.fused=true is not available here (%s); using the "
+                             "default implementation", reason)
+                plain = OmegaConf.to_container(optimizer_cfg, resolve=True)
+                plain.pop("fused")  # type: ignore[union-attr]
+                return instantiate(plain)(params)
         except InstantiationException as exc:
             cause = exc.__cause__ or exc
             raise BeyondfitError(f"optimizer options are invalid: {cause}") from None
