@@ -109,6 +109,14 @@ def test_stops_after_the_env_step_budget_and_yields_epochs_of_minibatches():
     first_epoch = batches[:3]
     sizes = [b.obs.shape[0] for b in first_epoch]
     assert sum(sizes) == 12 and max(sizes) - min(sizes) <= 1  # a partition of the rollout
+
+    def rows(epoch):  # each row's fields side by side, in a canonical order
+        cat = [torch.cat([getattr(b, f).reshape(len(b.obs), -1).float() for b in epoch])
+               for f in ("obs", "actions", "logp", "values", "advantages", "returns")]
+        return sorted(map(tuple, torch.cat(cat, 1).tolist()))
+
+    assert rows(batches[3:6]) == rows(first_epoch)  # the second epoch reshuffles the same rows
+    assert not all(torch.equal(a.obs, b.obs) for a, b in zip(batches[3:6], first_epoch))
     assert list(col) == []  # exhausted: a second pass yields nothing
 
 

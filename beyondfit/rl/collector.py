@@ -176,8 +176,11 @@ class RolloutCollector:
                 # Always exactly `minibatches` batches per epoch (sizes differ by at most one),
                 # so optimizer steps per rollout stay fixed whatever the number of valid steps.
                 perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
-                for idx in perm.tensor_split(self.minibatches):
-                    yield RolloutBatch(*(None if f is None else f[idx] for f in batch))
+                # One gather per field and epoch; the minibatches are then contiguous views.
+                chunks = [None if f is None else f[perm].tensor_split(self.minibatches)
+                          for f in batch]
+                for i in range(self.minibatches):
+                    yield RolloutBatch(*(None if c is None else c[i] for c in chunks))
 
     def _collect(self, device: torch.device) -> RolloutBatch:
         """Run one rollout and return its valid transitions with advantages and returns."""

@@ -28,6 +28,14 @@ def _normalize(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / (std + 1e-8)
 
 
+def _combine(policy_loss: torch.Tensor, value_loss: torch.Tensor, entropy: torch.Tensor,
+             vf_coef: float, ent_coef: float) -> torch.Tensor:
+    loss = policy_loss + vf_coef * value_loss
+    # Without a bonus the entropy is only a diagnostic: leaving it out of the loss spares the
+    # backward pass its few ops, which show at the small batch sizes RL runs at.
+    return loss - ent_coef * entropy if ent_coef else loss
+
+
 def _value_loss(model: ActorCritic, batch: RolloutBatch) -> torch.Tensor:
     # Half the mean squared error: its gradient is the plain residual.
     return 0.5 * F.mse_loss(model.value(batch.obs), batch.returns)
@@ -48,7 +56,7 @@ def reinforce_loss(
         policy_loss = -(logp * advantages).mean()
         value_loss = _value_loss(model, batch)
         entropy = entropy.mean()
-        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        loss = _combine(policy_loss, value_loss, entropy, vf_coef, ent_coef)
         return {"loss": loss, "policy_loss": policy_loss.detach(),
                 "value_loss": value_loss.detach(), "entropy": entropy.detach()}
 
@@ -93,7 +101,7 @@ def ppo_loss(
         policy_loss = -surrogate.mean()
         value_loss = _value_loss(model, batch)
         entropy = entropy.mean()
-        loss = policy_loss + vf_coef * value_loss - ent_coef * entropy
+        loss = _combine(policy_loss, value_loss, entropy, vf_coef, ent_coef)
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # http://joschu.net/blog/kl-approx.html
             clip_frac = ((ratio - 1).abs() > clip_coef).float().mean()

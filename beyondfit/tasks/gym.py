@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "reinforce": {"rollout_steps": 64, "gae_lambda": 1.0, "epochs": 1, "minibatches": 1},
     "a2c": {"rollout_steps": 8, "gae_lambda": 0.9, "epochs": 1, "minibatches": 1},
-    "ppo": {"rollout_steps": 64, "gae_lambda": 0.9, "epochs": 4, "minibatches": 2,
+    "ppo": {"rollout_steps": 64, "gae_lambda": 0.9, "epochs": 10, "minibatches": 4,
             "clip_coef": 0.2},
 }
 _COLLECTOR_KEYS = ("rollout_steps", "gae_lambda", "epochs", "minibatches")
