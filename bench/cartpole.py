@@ -11,7 +11,8 @@ builds (task, optimizer, Engine, stop rule). SB3 uses the RL-Zoo hyperparameters
 
 Columns: median env steps to solve (unsolved runs count as never), solved runs, median training
 seconds, and that median relative to the hand-written loop. The throughput table compares the
-collector (rollouts only, no updates) with a bare loop over the same vector env and policy forward.
+collector (rollouts only, no updates) with a bare loop over the same vector env and policy forward,
+and with one that also runs the critic each step, as a hand-written PPO loop does.
 Results are written, never asserted on: time depends on the machine.
 """
 
@@ -154,12 +155,18 @@ def run_raw(seed: int, budget: int, eval_every: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------ throughput
-def throughput(num_envs: int, env_steps: int, repeats: int) -> tuple[float, float]:
+def throughput(num_envs: int, env_steps: int, repeats: int) -> tuple[float, float, float]:
     """Best-of-``repeats`` env steps/s: the task's collector (its batches drawn, no updates) vs
-    a bare loop over the same vector env and the same policy's sampling forward."""
+    a bare loop over the same vector env and the same policy's sampling forward, and vs a bare
+    loop that also runs the critic at every step (what a hand-written PPO loop such as CleanRL's
+    does: the collector computes those values too, batched once per rollout)."""
 
     def collector() -> float:
-        overrides = [f"task.num_envs={num_envs}", f"task.total_env_steps={env_steps}"]
+        # One batch per rollout: cutting a rollout into PPO's minibatch epochs belongs to the
+        # updates. What is timed is stepping, sampling, log-probs, values and advantages.
+        algo = "task.per_algo.ppo"
+        overrides = [f"task.num_envs={num_envs}", f"task.total_env_steps={env_steps}",
+                     f"{algo}.epochs=1", f"{algo}.minibatches=1"]
         cfg = compose("cartpole", overrides)
         seed_everything(0)
         data = build_task(cfg.task).train_data
@@ -170,13 +177,16 @@ def throughput(num_envs: int, env_steps: int, repeats: int) -> tuple[float, floa
         data.close()
         return rate
 
-    def bare() -> float:
+    def bare(with_critic: bool) -> float:
         envs = make_vector_env("CartPole-v1", num_envs)
         obs, _ = envs.reset(seed=0)
         start = time.perf_counter()
         with torch.inference_mode():
             for _ in range(env_steps // num_envs):
-                action = policy.act(torch.from_numpy(obs))
+                obs_t = torch.from_numpy(obs)
+                action = policy.act(obs_t)
+                if with_critic:
+                    policy.value(obs_t)
                 obs, *_ = envs.step(action.numpy())
         rate = env_steps / (time.perf_counter() - start)
         envs.close()
@@ -184,11 +194,12 @@ def throughput(num_envs: int, env_steps: int, repeats: int) -> tuple[float, floa
 
     seed_everything(0)
     policy = build_task(compose("cartpole", []).task).model
-    results: dict[str, list[float]] = {"bare": [], "collector": []}
-    for _ in range(repeats):  # interleaved: both see the same machine load
-        results["bare"].append(bare())
+    results: dict[str, list[float]] = {"bare": [], "critic": [], "collector": []}
+    for _ in range(repeats):  # interleaved: all see the same machine load
+        results["bare"].append(bare(with_critic=False))
+        results["critic"].append(bare(with_critic=True))
         results["collector"].append(collector())
-    return max(results["collector"]), max(results["bare"])
+    return max(results["collector"]), max(results["bare"]), max(results["critic"])
 
 
 # --------------------------------------------------------------------------------------- tables
@@ -230,12 +241,14 @@ def cartpole_table(seeds: int, budget: int, eval_every: int) -> str:
 
 
 def throughput_table(repeats: int) -> str:
-    """Collector vs bare loop at 8 and 64 envs."""
-    lines = ["| envs | collector env steps/s | bare env + policy steps/s | ratio |",
-             "|---:|---:|---:|---:|"]
+    """Collector vs bare loops at 8 and 64 envs."""
+    lines = ["| envs | collector env steps/s | bare env + policy steps/s | ratio | "
+             "bare env + policy + critic steps/s | ratio |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for num_envs in (8, 64):
-        col, bare = throughput(num_envs, env_steps=num_envs * 1024, repeats=repeats)
-        lines.append(f"| {num_envs} | {col:,.0f} | {bare:,.0f} | {col / bare:.0%} |")
+        col, bare, critic = throughput(num_envs, env_steps=num_envs * 2048, repeats=repeats)
+        lines.append(f"| {num_envs} | {col:,.0f} | {bare:,.0f} | {col / bare:.0%} | "
+                     f"{critic:,.0f} | {col / critic:.0%} |")
     return "\n".join(lines)
 
 
@@ -282,7 +295,8 @@ def main() -> None:
         f"{args.eval_every} env steps (not counted), solved = mean return >= {TARGET:g}, "
         f"budget {args.budget:,} env steps, torch threads 1.\n",
         cartpole_table(args.seeds, args.budget, args.eval_every),
-        "\nRollout collection (CartPole-v1, no updates), best of "
+        "\nRollout collection (CartPole-v1, the task's PPO collector with no updates: stepping, "
+        "sampling, log-probs, values, GAE), best of "
         f"{args.repeats} interleaved repetitions:\n",
         throughput_table(args.repeats),
     ]

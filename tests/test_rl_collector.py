@@ -192,3 +192,16 @@ def test_log_probs_are_optional_and_ppo_asks_for_them():
     assert batch.logp is None
     with pytest.raises(BeyondfitError, match="log_probs=True"):
         make_loss("ppo")(col.policy, batch)
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_recorded_log_probs_are_the_collecting_policys(env_id):
+    """The collector scores a whole rollout at once; the result must be what the policy says
+    of each action, so PPO's first ratio is exactly 1."""
+    torch.manual_seed(0)
+    col = collector(env_id, num_envs=3, minibatches=2)
+    batch = next(iter(col))
+    with torch.no_grad():
+        logp, _ = col.policy.log_prob_entropy(batch.obs, batch.actions)
+    assert torch.allclose(batch.logp, logp, atol=1e-5)
+    col.close()

@@ -189,16 +189,15 @@ class RolloutCollector:
         to_obs = observation_converter(device)
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
-        logp_steps: list[torch.Tensor] = []
-        next_obs = self._next_obs
+        out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
+        log_probs, next_obs = self.log_probs, self._next_obs
         with torch.inference_mode():
             for _ in range(T):
                 obs = to_obs(next_obs)
-                if self.log_probs:
-                    action, logp = policy.sample(obs, generator=gen)
-                    logp_steps.append(logp)
-                else:
-                    action = policy.act(obs, generator=gen)
+                out = policy(obs)
+                action = policy.draw(out, generator=gen)
+                if log_probs:
+                    out_steps.append(out)
                 next_obs, reward, term, trunc, _ = envs.step(to_env(action))
                 obs_steps.append(obs)
                 action_steps.append(action)
@@ -211,7 +210,10 @@ class RolloutCollector:
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
             values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
-            logp = torch.cat(logp_steps) if self.log_probs else None
+            # Likewise the log-probabilities (PPO's denominator): one batched call, not T.
+            logp = None
+            if log_probs:
+                logp = policy.log_prob(torch.cat(out_steps), actions.flatten(0, 1))
         rewards = np.stack(reward_steps).astype(np.float32, copy=False)
         terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
         done = terminated | truncated

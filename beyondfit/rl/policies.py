@@ -135,7 +135,16 @@ class ActorCritic(nn.Module):
         per-step hot path, so it carries no grad-mode switch of its own. ``generator`` makes
         sampling reproducible independently of the global RNG.
         """
-        out = self(obs)
+        return self.draw(self(obs), greedy, generator)
+
+    def draw(
+        self,
+        out: torch.Tensor,
+        greedy: bool = False,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Actions from the distribution that ``out`` defines (the output of :meth:`forward`:
+        logits or Gaussian means); the most likely ones when ``greedy``."""
         if self.discrete:
             if greedy:
                 return out.argmax(-1)
@@ -150,22 +159,21 @@ class ActorCritic(nn.Module):
     def sample(
         self, obs: torch.Tensor, generator: torch.Generator | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sampled actions and their log-probabilities, from one forward pass.
-
-        What the collector calls when the loss needs the collecting policy's log-probabilities
-        (PPO): a few extra kernels per step cost less than a second actor pass over the rollout.
-        """
+        """Sampled actions and their log-probabilities, from one forward pass."""
         out = self(obs)
+        action = self.draw(out, generator=generator)
+        return action, self.log_prob(out, action)
+
+    def log_prob(self, out: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities of ``actions`` under ``out`` (the output of :meth:`forward`), ``(B,)``.
+
+        Row by row, so the collector keeps each step's ``out`` and scores a whole rollout in one
+        call after it: a few kernels per rollout instead of a few per env step.
+        """
         if self.discrete:
-            noise = torch.empty_like(out).exponential_(generator=generator)
-            action = (out - noise.log()).argmax(-1)
-            logp = out.log_softmax(-1).gather(-1, action.unsqueeze(-1)).squeeze(-1)
-            return action, logp
-        noise = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
-        action = out + self.log_std.exp() * noise
-        # The standardized sample is the noise itself: log N(a; mu, sigma) needs no division.
-        logp = (-0.5 * noise.pow(2)).sum(-1) - (self.log_std.sum() + _LOG_SQRT_2PI * out.shape[1])
-        return action.view(-1, *self.action_shape), logp
+            return out.log_softmax(-1).gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        z = (actions.flatten(1) - out) / self.log_std.exp()
+        return (-0.5 * z.pow(2)).sum(-1) - (self.log_std.sum() + _LOG_SQRT_2PI * out.shape[1])
 
     def log_prob_entropy(
         self, obs: torch.Tensor, actions: torch.Tensor
@@ -177,11 +185,8 @@ class ActorCritic(nn.Module):
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
             return logp, entropy
-        log_std = self.log_std.expand_as(out)
-        z = (actions.flatten(1) - out) / log_std.exp()
-        logp = (-0.5 * z.pow(2) - log_std - _LOG_SQRT_2PI).sum(-1)
-        entropy = (0.5 + _LOG_SQRT_2PI + log_std).sum(-1)
-        return logp, entropy
+        entropy = (0.5 + _LOG_SQRT_2PI + self.log_std).sum()  # state-independent
+        return self.log_prob(out, actions), entropy.expand(out.shape[0])
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values, shape ``(B,)``."""
