@@ -38,6 +38,8 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 _COLLECTOR_KEYS = ("rollout_steps", "gae_lambda", "epochs", "minibatches")
 _LOSS_KEYS = ("vf_coef", "ent_coef", "normalize_advantages", "clip_coef")
+# Read by the engine, not here: the task configs point engine.clip_norm at the chosen algo's.
+_ENGINE_KEYS = ("clip_norm",)
 
 
 def build(
@@ -70,7 +72,8 @@ def build(
         gamma: discount factor in ``[0, 1]``.
         per_algo: per-algorithm collector/loss settings (``rollout_steps``, ``gae_lambda``,
             ``epochs``, ``minibatches``, ``clip_coef``, ...); ``algo`` picks one entry, merged
-            over :data:`ALGO_DEFAULTS`. Keys of this function (``vf_coef``...) may appear too.
+            over :data:`ALGO_DEFAULTS`. Keys of this function (``vf_coef``...) may appear too,
+            and ``clip_norm``, which the shipped configs hand to ``engine.clip_norm``.
         vf_coef, ent_coef, normalize_advantages: loss options shared by the algorithms.
         hidden, activation, log_std_init: policy architecture (see :class:`ActorCritic`).
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
@@ -93,11 +96,11 @@ def build(
                 f"task.{name}={value!r} must be a positive integer, e.g. task.{name}=8"
             )
     settings = {**ALGO_DEFAULTS[algo], **dict((per_algo or {}).get(algo) or {})}
-    unknown = sorted(set(settings) - set(_COLLECTOR_KEYS) - set(_LOSS_KEYS))
+    known = _COLLECTOR_KEYS + _LOSS_KEYS + _ENGINE_KEYS
+    unknown = sorted(set(settings) - set(known))
     if unknown:
         raise BeyondfitError(
-            f"unknown setting(s) {unknown} in task.per_algo.{algo}; known: "
-            f"{', '.join(_COLLECTOR_KEYS + _LOSS_KEYS)}"
+            f"unknown setting(s) {unknown} in task.per_algo.{algo}; known: {', '.join(known)}"
         )
     where = f"task.per_algo.{algo}"
     for name in ("rollout_steps", "epochs", "minibatches"):
