@@ -415,6 +415,16 @@ def _check_rl_collectors(rank: int, world: int) -> None:
         task.val_data.close()
 
 
+def _check_episode_stats_seen_on_one_rank(rank: int, world: int) -> None:
+    """A rank whose envs finished no episode in an interval reports no episode_return: the
+    others' mean stands, env_steps still add up, and every rank logs the same row."""
+    strategy = resolve_strategy("auto")
+    mine = {"env_steps": 512.0, **({"episode_return": 21.0} if rank == 0 else {})}
+    row = strategy.reduce_report(mine, totals=("env_steps",))
+    assert row == {"env_steps": 512.0 * world, "episode_return": 21.0}
+    assert len({json.dumps(r, sort_keys=True) for r in _gather(row)}) == 1
+
+
 def _worker(rank: int, world: int, store: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
@@ -426,6 +436,7 @@ def _worker(rank: int, world: int, store: str) -> None:
         _check_methods_and_submodules_are_synchronised(rank, world)
         _check_data_loaders(rank, world)
         _check_rl_collectors(rank, world)
+        _check_episode_stats_seen_on_one_rank(rank, world)
     finally:
         dist.destroy_process_group()
 

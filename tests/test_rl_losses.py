@@ -6,7 +6,7 @@ import torch
 
 from beyondfit.rl.collector import RolloutBatch
 from beyondfit.rl.losses import make_loss
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.policies import ActorCritic, mlp
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,))
 
@@ -103,3 +103,16 @@ def test_sample_returns_the_log_prob_of_what_it_sampled(space):
         action, logp = model.sample(obs)
         again, _ = model.log_prob_entropy(obs, action)
     assert torch.allclose(logp, again, atol=1e-5)
+
+
+def test_policy_mlp_computes_what_nn_sequential_does_under_the_same_names():
+    torch.manual_seed(0)
+    fast = mlp([3, 8, 8, 2], 0.01)
+    plain = torch.nn.Sequential(*fast)  # the same layer objects, called the usual way
+    x = torch.randn(5, 3)
+    assert torch.equal(fast(x), plain(x))
+    assert list(fast.state_dict()) == list(plain.state_dict())
+    seen = []
+    fast.register_forward_hook(lambda module, args, out: seen.append(out.shape))
+    fast(x)
+    assert seen == [torch.Size([5, 2])]  # hooks on the MLP itself still run
