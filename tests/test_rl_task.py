@@ -147,11 +147,11 @@ def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
     assert "mean return" in played.stdout
 
 
-@pytest.mark.parametrize(("task", "algo", "clip_norm"),
-                         [("cartpole", "ppo", None), ("cartpole", "a2c", 0.5),
-                          ("cartpole", "reinforce", 0.5), ("acrobot", "ppo", 0.5),
-                          ("pendulum", "ppo", 0.5)])
-def test_engine_clips_as_the_chosen_algorithm_is_tuned(task, algo, clip_norm):
+@pytest.mark.parametrize(("task", "algo", "clip_norm", "lr"),
+                         [("cartpole", "ppo", None, 0.005), ("cartpole", "a2c", 0.5, 0.003),
+                          ("cartpole", "reinforce", 0.5, 0.003), ("acrobot", "ppo", 0.5, 0.003),
+                          ("pendulum", "ppo", 0.5, 0.001)])
+def test_engine_and_optimizer_follow_the_chosen_algorithms_tuning(task, algo, clip_norm, lr):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
@@ -159,9 +159,11 @@ def test_engine_clips_as_the_chosen_algorithm_is_tuned(task, algo, clip_norm):
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", [f"+task={task}", f"task.algo={algo}", "task.num_envs=2"])
-        mine = compose("config", [f"+task={task}", f"task.algo={algo}", "engine.clip_norm=2"])
+        mine = compose("config", [f"+task={task}", f"task.algo={algo}", "engine.clip_norm=2",
+                                  "optimizer.lr=0.01"])
     assert OmegaConf.to_container(cfg.engine, resolve=True)["clip_norm"] == clip_norm
-    assert mine.engine.clip_norm == 2  # the command line still wins
+    assert cfg.optimizer.lr == lr
+    assert mine.engine.clip_norm == 2 and mine.optimizer.lr == 0.01  # the command line wins
     built = build_task(cfg.task)  # the task builder accepts the per-algo clip_norm key
     built.train_data.close()
     built.val_data.close()

@@ -29,17 +29,18 @@ if TYPE_CHECKING:
     from beyondfit.engine import Engine
 
 #: Collector settings per algorithm when the config gives none (``task.per_algo``); tuned on
-#: CartPole-v1 with 8 envs and Adam at lr 3e-3 (bench/cartpole.py).
+#: CartPole-v1 with 8 envs and Adam at lr 5e-3 for PPO, 3e-3 for the others (bench/cartpole.py).
 ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
     "reinforce": {"rollout_steps": 64, "gae_lambda": 1.0, "epochs": 1, "minibatches": 1},
     "a2c": {"rollout_steps": 8, "gae_lambda": 0.9, "epochs": 1, "minibatches": 1},
-    "ppo": {"rollout_steps": 64, "gae_lambda": 0.9, "epochs": 10, "minibatches": 4,
+    "ppo": {"rollout_steps": 64, "gae_lambda": 0.9, "epochs": 10, "minibatches": 3,
             "clip_coef": 0.2},
 }
 _COLLECTOR_KEYS = ("rollout_steps", "gae_lambda", "epochs", "minibatches")
 _LOSS_KEYS = ("vf_coef", "ent_coef", "normalize_advantages", "clip_coef")
-# Read by the engine, not here: the task configs point engine.clip_norm at the chosen algo's.
-_ENGINE_KEYS = ("clip_norm",)
+# Read by the engine and the optimizer, not here: the task configs point engine.clip_norm and
+# optimizer.lr at the chosen algorithm's.
+_ENGINE_KEYS = ("clip_norm", "lr")
 
 
 def build(
@@ -73,7 +74,8 @@ def build(
         per_algo: per-algorithm collector/loss settings (``rollout_steps``, ``gae_lambda``,
             ``epochs``, ``minibatches``, ``clip_coef``, ...); ``algo`` picks one entry, merged
             over :data:`ALGO_DEFAULTS`. Keys of this function (``vf_coef``...) may appear too,
-            and ``clip_norm``, which the shipped configs hand to ``engine.clip_norm``.
+            and ``clip_norm`` and ``lr``, which the shipped configs hand to
+            ``engine.clip_norm`` and ``optimizer.lr``.
         vf_coef, ent_coef, normalize_advantages: loss options shared by the algorithms.
         hidden, activation, log_std_init: policy architecture (see :class:`ActorCritic`).
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
