@@ -115,3 +115,13 @@ def test_startup_api_script_reaches_its_first_step():
 def test_startup_cli_and_lightning_reach_their_first_step():
     pytest.importorskip("lightning")
     _startup_smoke("cli,lightning,import_torch")
+
+
+def test_cartpole_bench_runs_beyondfit_the_raw_loop_and_the_throughput_table():
+    cartpole = _load("cartpole")
+    ours = cartpole.run_beyondfit(0, budget=1024, eval_every=512)
+    raw = cartpole.run_raw(0, budget=1024, eval_every=512)
+    for result in (ours, raw):
+        assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
+    collector, bare, with_critic = cartpole.throughput(8, env_steps=512, repeats=1)
+    assert min(collector, bare, with_critic) > 0
