@@ -44,7 +44,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from beyondfit import Callback, Engine, TensorBatches
-from beyondfit.loggers import ConsoleLogger
+from beyondfit.observers import ConsoleLogger
 
 LR = 1e-3
 CLIP_NORM = 1.0
@@ -355,7 +355,7 @@ def engine_batches_nosync(p: Problem, timer: Timer) -> Result:
 def progress_callbacks(epochs: int) -> tuple[str, list[Any]]:
     """beyondfit's progress bar (it prints the epoch lines too) where the package has one."""
     try:
-        from beyondfit.progress import progress_callback  # built alongside this benchmark
+        from beyondfit.observers.console import progress_callback  # built alongside this benchmark
     except ImportError:
         return "per-epoch console lines", [ConsoleLogger(epochs=epochs)]
     return "progress bar + epoch lines", [progress_callback(epochs, bar=True)]

@@ -105,7 +105,7 @@ engine.fit(TensorBatches(x, y, batch_size=32), max_steps=1)
 import sys
 import time
 
-import beyondfit.engine as _engine
+import beyondfit.core.engine as _engine
 
 _step = _engine.Engine._optimizer_step
 _seen = []
@@ -121,7 +121,7 @@ def _stamped(self, *args, **kwargs):
 
 _engine.Engine._optimizer_step = _stamped
 sys.argv = ["beyondfit", "+task=regression", "train.max_steps=1", "hydra.run.dir=" + RUN_DIR]
-from beyondfit.__main__ import main
+from beyondfit.cli.app import main
 
 main()
 """,

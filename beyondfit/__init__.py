@@ -4,16 +4,19 @@ Write a loss closure ``loss_fn(model, batch)``; :class:`Engine` does the rest, t
 for supervised, self-supervised and reinforcement learning.
 """
 
-from beyondfit.callbacks import Callback, StopRule
-from beyondfit.checkpointing import Checkpointer, resume
+from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
+from beyondfit.core import (
+    BeyondfitError,
+    Callback,
+    Engine,
+    StopRule,
+    move_to_device,
+    resolve_device,
+    seed_everything,
+)
 from beyondfit.data import TensorBatches
-from beyondfit.device import move_to_device, resolve_device
-from beyondfit.engine import Engine
-from beyondfit.errors import BeyondfitError
-from beyondfit.interrupt import GracefulInterrupt
-from beyondfit.loggers import ConsoleLogger, CsvFile, MetricsFile
-from beyondfit.seeding import seed_everything
-from beyondfit.task import Task
+from beyondfit.observers import ConsoleLogger, CsvFile, MetricsFile
+from beyondfit.tasks import Task
 
 __all__ = [
     "BeyondfitError",

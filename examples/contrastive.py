@@ -20,7 +20,7 @@ from torch.nn import functional as F
 
 from beyondfit import Engine, TensorBatches
 from beyondfit.data import split
-from beyondfit.datasets import digits
+from beyondfit.data.bundled import digits
 
 
 def two_views(x: torch.Tensor, noise: float) -> tuple[torch.Tensor, torch.Tensor]:

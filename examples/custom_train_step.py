@@ -29,7 +29,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from beyondfit import Callback, Engine, TensorBatches
 from beyondfit.data import split
-from beyondfit.datasets import digits
+from beyondfit.data.bundled import digits
 
 
 class PrintEpoch(Callback):

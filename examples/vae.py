@@ -18,7 +18,7 @@ from torch.nn import functional as F
 
 from beyondfit import Callback, Engine, TensorBatches
 from beyondfit.data import split
-from beyondfit.datasets import digits
+from beyondfit.data.bundled import digits
 
 
 class VAE(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError, Engine
-from beyondfit.run import CONF_DIR, run
+from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.tasks.autoencoder import build, load_images, pca_reconstruction, save_grid
 
 

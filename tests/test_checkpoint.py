@@ -15,8 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import CorruptCheckpointError, safe_load
-from beyondfit.checkpointing import (
+from beyondfit.checkpoint import (
     Checkpointer,
     config_changes,
     resume,
@@ -24,6 +23,7 @@ from beyondfit.checkpointing import (
     resume_run_dir,
     step_checkpoints,
 )
+from beyondfit.core.serialization import CorruptCheckpointError, safe_load
 
 
 class MakesFile:
@@ -237,7 +237,7 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(
         f.write(before[:100])  # type: ignore[attr-defined]
         raise OSError("disk full")
 
-    monkeypatch.setattr("beyondfit.checkpoint.torch.save", dies_half_way)
+    monkeypatch.setattr("beyondfit.core.serialization.torch.save", dies_half_way)
     with pytest.raises(OSError):
         ckpt.save(engine)  # the same step: would replace the file
     assert path.read_bytes() == before
@@ -269,7 +269,7 @@ def test_bad_checkpointer_settings_are_named(tmp_path: Path, kwargs: dict, key: 
 def test_unknown_checkpoint_config_key_is_named(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from beyondfit.run import build_checkpointer
+    from beyondfit.cli.run import build_checkpointer
 
     cfg = OmegaConf.create({"checkpoint": {"every": 5, "keep_best": True}})
     with pytest.raises(BeyondfitError, match=r"unknown checkpoint option\(s\) \['keep_best'\]"):

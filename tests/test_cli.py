@@ -13,8 +13,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError
-from beyondfit.__main__ import check_choices
-from beyondfit.run import CONF_DIR, available, no_task_message, output_callbacks
+from beyondfit.cli.app import check_choices
+from beyondfit.cli.run import CONF_DIR, available, no_task_message, output_callbacks
 
 HEAVY = ("gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics")
 
@@ -124,16 +124,16 @@ def test_a_supervised_run_starts_without_heavy_imports(tmp_path: Path) -> None:
     probe = textwrap.dedent(
         f"""
         import json, sys
-        from beyondfit.engine import Engine
+        from beyondfit.core.engine import Engine
         HEAVY = {HEAVY!r}
         seen = {{}}
-        original = Engine.step
+        original = Engine.train_step
         def step(self, batch):
             seen.setdefault("first_step", [m for m in HEAVY if m in sys.modules])
             return original(self, batch)
-        Engine.step = step
+        Engine.train_step = step
         sys.argv = ["beyondfit", "+task=regression", "train.epochs=1", "hydra.run.dir={tmp_path}"]
-        from beyondfit.__main__ import main
+        from beyondfit.cli.app import main
         try:
             main()
         except SystemExit as exc:
@@ -155,7 +155,7 @@ def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) ->
     """logger=csv: one table whose columns grow as names appear, resumable like metrics.jsonl."""
     import csv
 
-    from beyondfit.loggers import CsvFile
+    from beyondfit.observers import CsvFile
 
     class FakeEngine:
         epoch, global_step = 0, 4

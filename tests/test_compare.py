@@ -1,4 +1,4 @@
-"""beyondfit.compare: a real 2-seed multirun, then grouping, bands, tables and bad input."""
+"""beyondfit.cli.compare: a real 2-seed multirun, then grouping, bands, tables and bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from beyondfit import BeyondfitError
-from beyondfit.compare import band, compare, find_runs, group_runs, main
+from beyondfit.cli.compare import band, compare, find_runs, group_runs, main
 
 pytest.importorskip("matplotlib")
 

@@ -89,7 +89,7 @@ def test_bf16_autocast_on_cuda_trains() -> None:
                     precision="bf16")
     x, y = _data()
     history = engine.fit(TensorBatches(x, y, batch_size=32), epochs=3, val_data=[(x, y)])
-    assert set(dtypes) == {torch.bfloat16} and engine.scaler is None
+    assert set(dtypes) == {torch.bfloat16} and engine.precision.scaler is None
     assert history[-1]["val_loss"] < history[0]["val_loss"]
 
 
@@ -98,8 +98,9 @@ def test_fp16_grad_scaler_on_cuda_skips_and_counts_overflow() -> None:
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
     engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), 0.01), device="cuda",
                     precision="16")
-    assert isinstance(engine.scaler, torch.amp.GradScaler) and engine.scaler._device == "cuda"
-    engine.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
+    scaler = engine.precision.scaler
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cuda"
+    engine.precision.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
     x, y = _data()
     data = TensorBatches(x, y, batch_size=32, shuffle=False)
     before = [p.detach().clone() for p in model.parameters()]
@@ -107,7 +108,7 @@ def test_fp16_grad_scaler_on_cuda_skips_and_counts_overflow() -> None:
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     engine.fit(data, epochs=8)
     skipped = sum(row["overflow_steps"] for row in engine.history[1:])
-    assert skipped == pytest.approx(math.log2(2.0**40 / engine.scaler.get_scale()))
+    assert skipped == pytest.approx(math.log2(2.0**40 / engine.precision.scaler.get_scale()))
     assert 1 < skipped < engine.global_step and engine.history[-1]["overflow_steps"] == 0.0
 
 
@@ -122,7 +123,7 @@ def test_fp16_on_cuda_clips_the_unscaled_gradients() -> None:
         engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), 1.0), device="cuda",
                         precision=precision, clip_norm=clip, callbacks=[rows], log_every=1)
         if precision == "16":
-            engine.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**4)
+            engine.precision.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**4)
         x, y = _data(16)
         engine.fit([(x * 3, y + 5)], epochs=1)
         after = torch.cat([p.detach().flatten() for p in model.parameters()])

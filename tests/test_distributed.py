@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
+from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
 from beyondfit.distributed import (
     DDPStrategy,
     DistributedModel,
@@ -34,7 +35,6 @@ from beyondfit.distributed import (
     resolve_strategy,
     shutdown,
 )
-from beyondfit.run import CONF_DIR, build_optimizer, build_task
 
 WORLD = 2
 
@@ -130,7 +130,7 @@ def test_tensor_batches_shards_are_disjoint_equal_and_cover_every_row() -> None:
 
 
 def test_engine_strategy_option_reaches_the_engine_from_the_config(tmp_path: Path) -> None:
-    from beyondfit.run import run
+    from beyondfit.cli.run import run
 
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose(config_name="config",
@@ -391,7 +391,7 @@ def _check_data_loaders(rank: int, world: int) -> None:
 def _check_rl_collectors(rank: int, world: int) -> None:
     """RL: each rank steps its own envs (own seed, half the env-step budget); the logged
     env_steps are the sum over ranks, and the policies stay equal."""
-    from beyondfit.tasks.gym import build
+    from beyondfit.tasks.policy_gradient import build
 
     task = build(seed=0, algo="a2c", num_envs=4, total_env_steps=2048, eval_episodes=2)
     recorder = _Recorder()

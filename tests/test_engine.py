@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, StopRule, TensorBatches
-from beyondfit.device import move_to_device, resolve_device
+from beyondfit.core.device import move_to_device, resolve_device
 
 
 def make_data(n: int = 64, d: int = 5, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -441,7 +441,7 @@ def test_frozen_parameters_under_a_loss_are_a_clear_error() -> None:
 
     engine = Engine(model, loss_fn, torch.optim.SGD(model.parameters(), 0.1), device="cpu")
     with pytest.raises(BeyondfitError, match="does not require grad"):
-        engine.step(make_data(n=8))
+        engine.train_step(make_data(n=8))
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ from signals import SendSignal
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import safe_load
-from beyondfit.checkpointing import Checkpointer, resume, step_checkpoints
-from beyondfit.interrupt import GracefulInterrupt, TrainingInterrupted
+from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
+from beyondfit.core.serialization import safe_load
 
 TESTS = Path(__file__).resolve().parent
 
@@ -40,7 +40,7 @@ def make_engine(callbacks: list[Callback]) -> tuple[Engine, TensorBatches]:
 def child(folder: str) -> None:
     """Run in a subprocess: Ctrl-C at step 4, and Ctrl-C again in the middle of writing the
     checkpoint it asked for. The process must exit 130 at once."""
-    import beyondfit.checkpoint as checkpoint_module
+    import beyondfit.core.serialization as checkpoint_module
 
     real_save = torch.save
     ckpt = Checkpointer(folder, every=2, keep=5, monitor=None)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine
-from beyondfit.checkpointing import Checkpointer
-from beyondfit.loggers import MetricsFile
+from beyondfit.checkpoint import Checkpointer
+from beyondfit.observers import MetricsFile
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from beyondfit.errors import BeyondfitError
-from beyondfit.run import build_optimizer
+from beyondfit.cli.run import build_optimizer
+from beyondfit.core.errors import BeyondfitError
 
 
 class NoFusedKernel(torch.optim.SGD):
@@ -56,7 +56,7 @@ def test_other_bad_options_still_fail_with_one_clear_message():
 def test_rl_tasks_ask_for_the_fused_optimizer_and_others_can_swap_it():
     from hydra import compose, initialize_config_dir
 
-    from beyondfit.run import CONF_DIR
+    from beyondfit.cli.run import CONF_DIR
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cartpole = compose("config", ["+task=cartpole"])

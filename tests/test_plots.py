@@ -12,9 +12,16 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.loggers import MetricsFile
-from beyondfit.plots import CurvesPlot, panels, plot_run, read_metrics, require_matplotlib, series
-from beyondfit.run import CONF_DIR, output_callbacks, run
+from beyondfit.cli.run import CONF_DIR, output_callbacks, run
+from beyondfit.observers import MetricsFile
+from beyondfit.observers.plots import (
+    CurvesPlot,
+    panels,
+    plot_run,
+    read_metrics,
+    require_matplotlib,
+    series,
+)
 
 pytest.importorskip("matplotlib")
 
@@ -117,7 +124,7 @@ def test_plots_setting_is_checked_and_matplotlib_is_optional(
         isinstance(c, CurvesPlot) for c in output_callbacks(config("plots=false"), tmp_path)
     )
 
-    monkeypatch.setattr("beyondfit.plots.has_matplotlib", lambda: False)
+    monkeypatch.setattr("beyondfit.observers.plots.has_matplotlib", lambda: False)
     # auto: quietly no plot; true: a clear error before any training.
     assert not any(isinstance(c, CurvesPlot) for c in output_callbacks(config(), tmp_path))
     with pytest.raises(BeyondfitError, match=r"pip install \"beyondfit\[plots\]\".*plots=false"):

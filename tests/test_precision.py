@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.run import CONF_DIR, run
+from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.tasks.regression import build
 
 
@@ -29,7 +29,7 @@ def _val_loss(precision: str, epochs: int = 40) -> tuple[float, Engine]:
 def test_bf16_on_cpu_trains_regression_within_5_percent_of_fp32() -> None:
     fp32, _ = _val_loss("32")
     bf16, engine = _val_loss("bf16")
-    assert engine.amp_dtype is torch.bfloat16 and engine.scaler is None
+    assert engine.precision.dtype is torch.bfloat16 and engine.precision.scaler is None
     assert abs(bf16 - fp32) <= 0.05 * fp32, (bf16, fp32)
 
 
@@ -53,8 +53,8 @@ def test_bf16_autocast_reaches_the_closure_and_metrics_stay_float32() -> None:
 def test_fp16_on_cpu_uses_a_cpu_grad_scaler_and_trains() -> None:
     fp32, _ = _val_loss("32", epochs=20)
     fp16, engine = _val_loss("16", epochs=20)
-    assert isinstance(engine.scaler, torch.amp.GradScaler)
-    assert engine.scaler._device == "cpu"
+    assert isinstance(engine.precision.scaler, torch.amp.GradScaler)
+    assert engine.precision.scaler._device == "cpu"
     assert abs(fp16 - fp32) <= 0.05 * fp32, (fp16, fp32)
 
 
@@ -75,7 +75,7 @@ def test_fp16_overflow_skips_the_update_and_is_counted() -> None:
     engine = Engine(model, lambda m, b: (m(b[0]).float() - b[1]).pow(2).mean(),
                     torch.optim.SGD(model.parameters(), 0.01), device="cpu", precision="16",
                     callbacks=[rows], log_every=1)
-    engine.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
+    engine.precision.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**40)
     before = [p.detach().clone() for p in model.parameters()]
     x = torch.randn(64, 4)
     data = TensorBatches(x, x.sum(1, keepdim=True), batch_size=8, shuffle=False)
@@ -86,7 +86,7 @@ def test_fp16_overflow_skips_the_update_and_is_counted() -> None:
     engine.fit(data, epochs=6)  # continues the open epoch: its count includes that skip
     skipped = sum(row["overflow_steps"] for row in engine.history[1:])  # counts per epoch
     # Each skip halved the scale once (no growth within 2000 steps): the count matches.
-    assert skipped == pytest.approx(math.log2(2.0**40 / engine.scaler.get_scale()))
+    assert skipped == pytest.approx(math.log2(2.0**40 / engine.precision.scaler.get_scale()))
     assert 1 < skipped < engine.global_step
     assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
     assert engine.history[-1]["overflow_steps"] == 0.0  # later epochs fit in fp16
@@ -106,7 +106,7 @@ def test_fp16_clips_the_unscaled_gradients() -> None:
                         torch.optim.SGD(model.parameters(), 1.0), device="cpu",
                         precision=precision, clip_norm=clip, callbacks=[rows], log_every=1)
         if scale is not None:
-            engine.scaler = torch.amp.GradScaler("cpu", init_scale=scale)
+            engine.precision.scaler = torch.amp.GradScaler("cpu", init_scale=scale)
         x = torch.randn(16, 4) * 3
         engine.fit([(x, x.sum(1, keepdim=True) + 5)], epochs=1)
         after = torch.cat([p.detach().flatten() for p in model.parameters()])

@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError
+from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.data import load_table
-from beyondfit.run import CONF_DIR, run
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

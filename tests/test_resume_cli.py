@@ -2,7 +2,7 @@
 each time, and end bitwise equal to an uninterrupted run, with every metrics row exactly once.
 
 Each step of the child process is slowed by a few milliseconds (a wrapper patches
-``Engine.step`` with a sleep; the numbers are untouched) so that kills land inside training
+``Engine.train_step`` with a sleep; the numbers are untouched) so that kills land inside training
 rather than in the seconds of start-up. The points are random: the seed is printed on
 failure (set BEYONDFIT_TEST_SEED to replay one).
 """
@@ -23,20 +23,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from beyondfit.checkpoint import safe_load
-from beyondfit.checkpointing import step_checkpoints
+from beyondfit.checkpoint import step_checkpoints
+from beyondfit.core.serialization import safe_load
 
 # Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
 WRAPPER = """
 import os, sys, time
-import beyondfit.engine as engine_module
-from beyondfit.__main__ import main
+import beyondfit.core.engine as engine_module
+from beyondfit.cli.app import main
 delay = float(os.environ["STEP_DELAY"])
-step = engine_module.Engine.step
+step = engine_module.Engine.train_step
 def slowed(self, batch):
     time.sleep(delay)
     return step(self, batch)
-engine_module.Engine.step = slowed
+engine_module.Engine.train_step = slowed
 main()
 """
 QUIET = ["device=cpu", "progress.bar=false", "plots=false", "engine.log_every=1"]
@@ -111,7 +111,7 @@ def reference_run(task: str, tmp_path: Path) -> Path:
     """The uninterrupted run, in this process (same code path as the CLI's)."""
     from hydra import compose, initialize_config_dir
 
-    from beyondfit.run import CONF_DIR, run
+    from beyondfit.cli.run import CONF_DIR, run
 
     ref_dir = tmp_path / "reference"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

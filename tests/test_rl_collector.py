@@ -184,7 +184,7 @@ def test_length_is_the_number_of_batches_of_a_full_pass():
 
 
 def test_log_probs_are_optional_and_ppo_asks_for_them():
-    from beyondfit.errors import BeyondfitError
+    from beyondfit.core.errors import BeyondfitError
     from beyondfit.rl.losses import make_loss
 
     col = collector("BeyondfitTest/Count-v0", log_probs=False, minibatches=2)

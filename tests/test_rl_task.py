@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from beyondfit.callbacks import StopRule
-from beyondfit.engine import Engine
-from beyondfit.errors import BeyondfitError
-from beyondfit.seeding import seed_everything
-from beyondfit.tasks.gym import build
+from beyondfit.core.callbacks import StopRule
+from beyondfit.core.engine import Engine
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.seeding import seed_everything
+from beyondfit.tasks.policy_gradient import build
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -155,7 +155,7 @@ def test_engine_and_optimizer_follow_the_chosen_algorithms_tuning(task, algo, cl
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from beyondfit.run import CONF_DIR, build_task
+    from beyondfit.cli.run import CONF_DIR, build_task
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", [f"+task={task}", f"task.algo={algo}", "task.num_envs=2"])

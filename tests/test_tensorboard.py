@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.run import CONF_DIR, output_callbacks
-from beyondfit.tensorboard import TensorBoardLogger, flatten, summary_writer_class
+from beyondfit.cli.run import CONF_DIR, output_callbacks
+from beyondfit.observers.tensorboard import TensorBoardLogger, flatten, summary_writer_class
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.envs import action_converter, observation_converter
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import gae_advantages

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
 
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.collector import RolloutBatch
 from beyondfit.rl.policies import ActorCritic
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from beyondfit.core.engine import Engine
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.data import TensorBatches, split
-from beyondfit.datasets import digits
-from beyondfit.engine import Engine
-from beyondfit.errors import BeyondfitError
+from beyondfit.data.bundled import digits
 from beyondfit.nets import mlp
-from beyondfit.task import Task
+from beyondfit.tasks import Task
 
 ARCHS = ("mlp", "conv")
 #: Validation rows per evaluation batch (bounds memory on large user files).

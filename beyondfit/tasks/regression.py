@@ -10,12 +10,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from beyondfit.core.engine import Engine
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.data import TensorBatches, load_table, split
-from beyondfit.datasets import diabetes
-from beyondfit.engine import Engine
-from beyondfit.errors import BeyondfitError
+from beyondfit.data.bundled import diabetes
 from beyondfit.nets import WideAndDeep, mlp
-from beyondfit.task import Task
+from beyondfit.tasks import Task
 
 
 def build(

@@ -1,119 +1,22 @@
-"""From a composed config to a finished run: build the task, the engine and the callbacks, fit.
-
-This is the command line's whole job, kept apart from Hydra's entry point so that tests
-and notebooks can call :func:`run` with a config they composed themselves.
-"""
+"""From config sections to objects: the task, optimizer, scheduler, checkpointer, outputs."""
 
 from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.callbacks import Callback, StopRule
-from beyondfit.checkpointing import CHECKPOINT_DIR, Checkpointer, config_changes, resume
-from beyondfit.distributed import resolve_strategy
-from beyondfit.engine import Engine
-from beyondfit.errors import BeyondfitError
-from beyondfit.interrupt import GracefulInterrupt
-from beyondfit.loggers import CsvFile, MetricsFile
-from beyondfit.seeding import seed_everything
-from beyondfit.task import Task
+from beyondfit.checkpoint import CHECKPOINT_DIR, Checkpointer
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.observers import CsvFile
+from beyondfit.tasks import Task
 
 log = logging.getLogger("beyondfit")
-
-CONF_DIR = Path(__file__).resolve().parent / "conf"
-if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
-    CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-
-
-def available(group: str) -> list[str]:
-    """The options of a config group (``task``, ``optimizer``, ...), from the shipped configs."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
-
-
-def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
-    """Train the task ``cfg`` describes, writing metrics and artifacts into ``run_dir``.
-
-    Returns the engine's history. Raises :class:`BeyondfitError` for anything the user
-    can fix.
-    """
-    started = time.perf_counter()
-    if cfg.get("task") is None:
-        raise BeyondfitError(no_task_message())
-    # Under torchrun every rank runs this with the same config and run_dir (rank 0 composed
-    # both, beyondfit.distributed.share_job); only rank 0 creates or writes files.
-    strategy = resolve_strategy((cfg.get("engine") or {}).get("strategy", "auto"))
-    run_dir = Path(run_dir)
-    if strategy.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    if cfg.get("threads"):
-        # Intra-op threads cost more than they give on small models, and oversubscribed
-        # cores (a sweep, a busy machine) make every op wait on the slowest thread.
-        torch.set_num_threads(int(cfg.threads))
-    seed_everything(int(cfg.seed))
-    absolute_paths(cfg.task)
-    task = build_task(cfg.task)
-    # This rank's shard, before the scheduler is told the run's length in steps.
-    task.train_data = strategy.shard_train(task.train_data)
-    optimizer = build_optimizer(cfg.optimizer)
-    train = cfg.train
-    callbacks: list[Callback] = [
-        MetricsFile(run_dir / "metrics.jsonl"),
-        *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
-    ] if strategy.is_main else []
-    if train.get("stop"):
-        callbacks.append(StopRule(str(train.stop)))
-    options = _engine_options(cfg.engine)
-    options.pop("strategy", None)
-    # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
-    # handler stops the run only once every other on_fit_end has run.
-    checkpointer = build_checkpointer(cfg, run_dir)
-    interrupt = GracefulInterrupt(checkpointer)
-    callbacks += [checkpointer, interrupt]
-    engine = Engine(
-        task.model,
-        task.loss_fn,
-        optimizer,
-        scheduler=build_scheduler(cfg.get("scheduler"), task, train, options.get("accumulate", 1)),
-        device=str(cfg.device),
-        callbacks=callbacks,
-        strategy=strategy,
-        **options,
-    )
-    if cfg.get("resume"):
-        resume_engine(engine, cfg)
-    with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
-        history = engine.fit(
-            task.train_data,
-            epochs=int(train.epochs),
-            max_steps=train.get("max_steps"),
-            val_data=task.val_data,
-            eval_every=train.get("eval_every") or task.eval_every,
-        )
-    if engine.stopped_by:
-        log.info("stopped early: %s", engine.stopped_by)
-    if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
-        for line in task.finish(engine, run_dir) or []:
-            log.info("%s", line)
-    elif not strategy.is_main:
-        for data in (task.train_data, task.val_data):  # e.g. this rank's environments
-            close = getattr(data, "close", None)
-            if callable(close):
-                close()
-    log.info(
-        "done in %.1fs: %d optimizer steps; metrics in %s",
-        time.perf_counter() - started,
-        engine.global_step,
-        run_dir / "metrics.jsonl",
-    )
-    return history
 
 
 def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
@@ -135,30 +38,6 @@ def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
         monitor=section.get("monitor", "val_loss"),
         mode=section.get("mode", "min"),
         extra={"config": OmegaConf.to_container(cfg, resolve=True)},
-    )
-
-
-# Settings that may differ on resume without changing what is computed.
-_RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint", "progress", "plots", "logger")
-
-
-def resume_engine(engine: Engine, cfg: DictConfig) -> None:
-    """Load ``cfg.resume`` (a file or a run directory) into ``engine``, warning on changes."""
-    path, state = resume(engine, str(cfg.resume))
-    saved = state.get("config")
-    if isinstance(saved, Mapping):
-        current = OmegaConf.to_container(cfg, resolve=True)
-        changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
-        if changes:
-            more = f"; and {len(changes) - 8} more" if len(changes) > 8 else ""
-            shown = "; ".join(changes[:8]) + more
-            log.warning(
-                "resuming with settings that differ from the checkpoint's (%s); the run "
-                "continues with the current ones", shown,
-            )
-    log.info(
-        "resumed from %s: %d epochs done, optimizer step %d",
-        path, engine.epoch, engine.global_step,
     )
 
 
@@ -240,7 +119,7 @@ def build_scheduler(
     return lambda optimizer: factory(optimizer, total_steps=int(total))
 
 
-def _engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
+def engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
     options = OmegaConf.to_container(engine_cfg, resolve=True)
     assert isinstance(options, Mapping)
     known = {
@@ -301,6 +180,8 @@ def _task_name(cfg: DictConfig) -> str:
 
 
 _LOGGERS = ("csv", "tensorboard")
+
+
 _PROGRESS_KEYS = ("bar", "refresh", "every", "metrics")
 
 
@@ -312,8 +193,8 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     group (``logger=[csv,tensorboard]`` or ``+logger=tensorboard``), each a sub-section.
     ``plots``: ``curves.png`` at the end (``auto``: when matplotlib is installed).
     """
-    from beyondfit.plots import CurvesPlot, has_matplotlib
-    from beyondfit.progress import progress_callback
+    from beyondfit.observers.console import progress_callback
+    from beyondfit.observers.plots import CurvesPlot, has_matplotlib
 
     train = cfg.train
     epochs = int(train.epochs)
@@ -347,7 +228,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     if "csv" in loggers:
         callbacks.append(CsvFile(run_dir / str((loggers.csv or {}).get("file", "metrics.csv"))))
     if "tensorboard" in loggers:
-        from beyondfit.tensorboard import TensorBoardLogger, flatten
+        from beyondfit.observers.tensorboard import TensorBoardLogger, flatten
 
         section = loggers.tensorboard or {}
         config = OmegaConf.to_container(cfg, resolve=True)
@@ -367,12 +248,3 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
     return callbacks
-
-
-def no_task_message() -> str:
-    """What to say when no task was picked."""
-    tasks = ", ".join(available("task"))
-    return (
-        f"no task given; pick one with +task=NAME (available: {tasks}), "
-        "e.g. python -m beyondfit +task=cartpole"
-    )

@@ -6,16 +6,15 @@ import csv
 import json
 import logging
 import os
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beyondfit.callbacks import Callback
-from beyondfit.metrics import finite_or_none
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.metrics import finite_or_none
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 log = logging.getLogger("beyondfit")
 
@@ -96,51 +95,6 @@ class MetricsFile(RowWriter):
         tmp.write_text("".join(lines[:keep]))
         os.replace(tmp, self.path)
         self.rows = min(keep, len(lines))
-
-
-def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
-    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits)."""
-    return " - ".join(f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip)
-
-
-class ConsoleLogger(Callback):
-    """Keras-style lines through ``logging``: one per epoch, one per mid-epoch evaluation.
-
-    ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Lines go to the
-    ``beyondfit`` logger, so Hydra's job log captures them too.
-    """
-
-    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
-
-    def __init__(self, epochs: int | None = None, every: int = 1) -> None:
-        self.epochs = epochs
-        self.every = max(1, int(every))
-        self._start = time.perf_counter()
-
-    def on_fit_start(self, engine: Engine) -> None:
-        """Start the clock."""
-        self._start = time.perf_counter()
-
-    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Print evaluations that happen inside an epoch (RL, long epochs)."""
-        if not self._at_epoch_end(engine):  # epoch-end evaluations go on the epoch line
-            log.info("step %d - %s - %.1fs", engine.global_step, format_logs(logs),
-                     time.perf_counter() - self._start)
-
-    def _at_epoch_end(self, engine: Engine) -> bool:
-        try:
-            return engine.batch_in_epoch >= len(engine.train_data)
-        except TypeError:  # no length (a generator, an RL collector): never at a known end
-            return False
-
-    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """One line per ``every`` epochs (and always the last)."""
-        epoch = int(logs.get("epoch", engine.epoch))
-        if epoch % self.every and epoch != self.epochs:
-            return
-        total = f"/{self.epochs}" if self.epochs else ""
-        log.info("epoch %d%s - %s - %.1fs", epoch, total, format_logs(logs),
-                 time.perf_counter() - self._start)
 
 
 class CsvFile(RowWriter):

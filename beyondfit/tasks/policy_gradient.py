@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from beyondfit.checkpoint import atomic_save
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import ALGORITHMS, make_loss
 from beyondfit.rl.policies import ActorCritic
-from beyondfit.task import Task
+from beyondfit.tasks import Task
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 #: Collector settings per algorithm when the config gives none (``task.per_algo``); tuned on
 #: CartPole-v1 with 8 envs and Adam at lr 5e-3 for PPO, 3e-3 for the others (bench/cartpole.py).
@@ -146,7 +146,7 @@ def build(
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
-        # A checkpoint-shaped file (weights under "model"), self-describing for beyondfit.play.
+        # A checkpoint-shaped file (weights under "model"), self-describing for python -m beyondfit.play.
         atomic_save({"model": policy.state_dict(), "policy": architecture},
                     Path(run_dir) / "policy.pt")
         (Path(run_dir) / "policy.json").write_text(json.dumps(architecture, indent=2) + "\n")

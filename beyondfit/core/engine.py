@@ -1,8 +1,9 @@
 """The one step engine: every kind of learning goes through :class:`Engine`.
 
 A *step* here is one optimizer update. With ``accumulate=k`` it takes ``k`` micro-batches,
-each one call of the loss closure; ``global_step``, ``max_steps``, ``log_every``,
-``eval_every`` and schedulers all count optimizer steps, never micro-batches.
+each one call of the loss closure (:meth:`Engine.train_step`); ``global_step``,
+``max_steps``, ``log_every``, ``eval_every`` and schedulers all count optimizer steps, never
+micro-batches.
 
 Order inside a step (nanoGPT's, Fabric's): closure under autocast -> loss / k ->
 (scaled) backward -> only at the accumulation boundary: unscale -> clip (the pre-clip norm
@@ -13,11 +14,9 @@ self-supervised or reinforcement learning.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import math
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -25,26 +24,37 @@ from typing import Any
 import torch
 from torch import nn
 
-from beyondfit.callbacks import Callback, overrides
-from beyondfit.checkpoint import atomic_save, mismatched_keys, rng_state, safe_load, set_rng_state
-from beyondfit.device import move_to_device
-from beyondfit.distributed import Strategy, resolve_strategy
-from beyondfit.errors import BeyondfitError
-from beyondfit.metrics import MetricTracker, is_metric_object
+from beyondfit.core.callbacks import Callback, overrides
+from beyondfit.core.device import move_to_device
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.metrics import MetricTracker
+from beyondfit.core.options import check_number
+from beyondfit.core.outputs import unpack_output
+from beyondfit.core.precision import Precision
+from beyondfit.core.seeding import rng_state, set_rng_state
+from beyondfit.core.serialization import atomic_save, mismatched_keys, safe_load
+from beyondfit.core.state import TrainState
+from beyondfit.core.strategy import Strategy, resolve_strategy
 
 log = logging.getLogger(__name__)
 
 LossFn = Callable[[nn.Module, Any], Any]
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
-_PRECISIONS = {
-    "32": None, "fp32": None, "32-true": None, "float32": None,
-    "bf16": torch.bfloat16, "bf16-mixed": torch.bfloat16, "bfloat16": torch.bfloat16,
-    "16": torch.float16, "fp16": torch.float16, "16-mixed": torch.float16, "float16": torch.float16,
-}  # fmt: skip
 _NONFINITE = ("raise", "skip", "ignore")
-# One stateless, reentrant no-op context for the hot path (no object per step).
-_NULL_CONTEXT = contextlib.nullcontext()
+
+
+class _Counter:
+    """``engine.global_step`` and friends: a view of the field of ``engine.state``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, engine: Any, owner: type | None = None) -> Any:
+        return self if engine is None else getattr(engine.state, self.name)
+
+    def __set__(self, engine: Any, value: Any) -> None:
+        setattr(engine.state, self.name, value)
 
 
 class Engine:
@@ -68,7 +78,7 @@ class Engine:
         precision: ``"32"``, ``"bf16"`` (autocast) or ``"16"`` (fp16 autocast + GradScaler).
         compile: ``torch.compile`` the model the closure sees; falls back to eager with a
             warning when the backend cannot compile.
-        callbacks: :class:`~beyondfit.callbacks.Callback` instances.
+        callbacks: :class:`~beyondfit.core.callbacks.Callback` instances.
         on_nonfinite: ``"raise"`` stops at a NaN/inf loss naming the step and term;
             ``"skip"`` drops that micro-batch and counts it as ``skipped_steps``, stopping
             after ``max_skips`` in a row; ``"ignore"`` does not check (no per-step sync).
@@ -84,6 +94,13 @@ class Engine:
         >>> engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-3))
         >>> history = engine.fit(train_loader, epochs=3, val_data=val_loader)
     """
+
+    global_step = _Counter()
+    epoch = _Counter()
+    batch_in_epoch = _Counter()
+    skipped_steps = _Counter()
+    evaluated_at = _Counter()
+    data_exhausted = _Counter()
 
     def __init__(
         self,
@@ -109,18 +126,15 @@ class Engine:
             raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not callable(loss_fn):
             raise BeyondfitError("loss_fn must be a callable loss_fn(model, batch)")
-        _check_positive("clip_norm", clip_norm, allow_none=True)
-        _check_positive("clip_value", clip_value, allow_none=True)
-        _check_positive_int("accumulate", accumulate)
-        _check_positive_int("log_every", log_every)
-        _check_positive_int("max_skips", max_skips)
+        check_number("clip_norm", clip_norm, above=0, allow_none=True)
+        check_number("clip_value", clip_value, above=0, allow_none=True)
+        for name, value in (("accumulate", accumulate), ("log_every", log_every),
+                            ("max_skips", max_skips)):
+            check_number(name, value, integer=True, at_least=1)
         if on_nonfinite not in _NONFINITE:
             raise BeyondfitError(
                 f"on_nonfinite={on_nonfinite!r}; use one of {', '.join(_NONFINITE)}"
             )
-        key = str(precision).lower()
-        if key not in _PRECISIONS:
-            raise BeyondfitError(f"precision={precision!r}; use 32, bf16 or 16")
 
         # "auto": DDP when torchrun started several processes (beyondfit.distributed).
         self.strategy = resolve_strategy(strategy)
@@ -142,21 +156,21 @@ class Engine:
         self.max_skips = int(max_skips)
         self.log_every = int(log_every)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
-        self.precision = key
-        self.amp_dtype = _PRECISIONS[key]
-        self.scaler = (
-            torch.amp.GradScaler(self.device.type) if self.amp_dtype is torch.float16 else None
-        )
-        # Writers (metrics files, console, plots) run on rank 0 only.
+        self.precision = Precision(precision, self.device)
+        # The one rank-0 rule: writers (metrics files, console, plots, checkpoints) declare
+        # rank_zero_only = True and exist on rank 0 only.
         self.callbacks: list[Callback] = [
             cb for cb in callbacks
             if self.strategy.is_main or not getattr(cb, "rank_zero_only", False)
         ]
 
-        # The module the closure is given: the model itself, or a compiled/DDP wrapper.
+        # The module the closure is given. Training and evaluation share the forward path
+        # (the compiled model when compile=True); training adds the strategy's wrapper (DDP),
+        # whose collectives evaluation must not run (ranks score different batch counts).
         self._compile_pending = bool(compile)
+        self.eval_model: Any = torch.compile(self.model) if compile else self.model
         self.forward_model: Any = self.strategy.wrap(
-            self.model, torch.compile(self.model) if compile else None
+            self.model, self.eval_model if compile else None
         )
 
         # Non-blocking copies only make sense host -> CUDA (and need pinned memory to overlap).
@@ -170,11 +184,7 @@ class Engine:
         self.train_metrics.totals.update(("overflow_steps", "skipped_steps"))
         self._window_synced = False  # did a backward of this window all-reduce gradients?
 
-        # Counters (all saved in checkpoints).
-        self.global_step = 0  # optimizer steps applied
-        self.epoch = 0  # completed passes over the training data
-        self.batch_in_epoch = 0  # micro-batches consumed in the current epoch
-        self.skipped_steps = 0  # micro-batches dropped for non-finite values
+        self.state = TrainState()  # the counters; all saved in checkpoints
         self._micro = 0  # micro-batches in the current accumulation window
         self._window_applied = 0  # of those, how many contributed gradients
         self._consecutive_skips = 0
@@ -184,29 +194,28 @@ class Engine:
         # epoch open (no partial-epoch row, no evaluation), so a checkpoint taken in
         # on_fit_end resumes mid-epoch exactly where the run stopped.
         self.interrupted: str | None = None
-        self.evaluated_at = -1  # optimizer step of this epoch's last evaluation (saved)
-        self.data_exhausted = False  # this epoch's pass over the data has ended (saved)
         self.history: list[dict[str, float]] = []
         self.last_val: dict[str, float] = {}
         self.train_data: Any = None
         self._pending_data_state: Any = None
 
     # ------------------------------------------------------------------ the step
-    def step(self, batch: Any) -> None:
+    def train_step(self, batch: Any) -> None:
         """One micro-batch: closure, backward, and the optimizer step at the boundary.
 
-        Never waits for the device except for the non-finite check (one scalar; set
-        ``on_nonfinite="ignore"`` to remove it).
+        With ``accumulate=k``, every ``k``-th call completes an optimizer step (a "step" of
+        ``global_step``). Never waits for the device except for the non-finite check (one
+        scalar; set ``on_nonfinite="ignore"`` to remove it).
         """
         if not self.model.training:
             self.model.train()
         batch = move_to_device(batch, self.device, self._non_blocking)
         boundary = self._micro + 1 >= self.accumulate  # this backward completes the window
         # DDP decides in the forward whether the backward all-reduces: both go inside.
-        with self._sync_context(boundary):
-            with self._autocast():
+        with self.strategy.no_sync(self.forward_model, boundary):
+            with self.precision.autocast():
                 out = self._call_closure(batch)
-            loss, logs = _unpack(out, training=True)
+            loss, logs = unpack_output(out, training=True)
             self._micro += 1
             # .item() is the one per-step sync (cheapest scalar check there is); "ignore"
             # skips it. Under DDP the ranks agree, so all of them skip or none does.
@@ -220,10 +229,7 @@ class Engine:
                 self._window_applied += 1
                 if self.accumulate > 1:
                     loss = loss / self.accumulate
-                if self.scaler is not None:
-                    self.scaler.scale(loss).backward()
-                else:
-                    loss.backward()
+                self.precision.backward(loss)
                 self._window_synced = self._window_synced or boundary
                 self.train_metrics.update(logs)
         if self._micro >= self.accumulate:
@@ -243,6 +249,7 @@ class Engine:
                 type(exc).__name__,
                 str(exc).splitlines()[0][:200] if str(exc) else "",
             )
+            self.eval_model = self.model
             self.forward_model = self.strategy.wrap(self.model)
             return self.loss_fn(self.forward_model, batch)
 
@@ -256,29 +263,18 @@ class Engine:
             return
         if not synced:  # a partial window at the end of the data ran under no_sync
             self.strategy.sync_gradients(self.params)
-        if self.scaler is not None:
-            self.scaler.unscale_(self.optimizer)  # clip real gradients, not scaled ones
-            self._count_overflow()
+        overflow = self.precision.unscale(self.optimizer, self.device)  # clip real gradients
+        if overflow is not None:
+            self.train_metrics.update({"overflow_steps": overflow})
         if self.track_grad_norm:
             max_norm = self.clip_norm if self.clip_norm is not None else math.inf
             norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
             self.train_metrics.update({"grad_norm": norm})
         if self.clip_value is not None:
             torch.nn.utils.clip_grad_value_(self.params, self.clip_value)
-        if self.scaler is not None:
-            self.scaler.step(self.optimizer)  # skips the update on overflow
-            self.scaler.update()
-        else:
-            self.optimizer.step()
+        self.precision.step(self.optimizer)  # fp16: skips the update on overflow
         if self.scheduler is not None:
-            if self.scaler is not None and self.global_step == 0:
-                # The schedule counts optimizer steps, skipped or not; torch warns (once) when
-                # the scaler skipped the very first one, which fp16 runs often do.
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", "Detected call of `lr_scheduler.step")
-                    self.scheduler.step()
-            else:
-                self.scheduler.step()
+            self.precision.step_scheduler(self.scheduler, self.state.global_step == 0)
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
 
@@ -308,30 +304,6 @@ class Engine:
                 "learning rate or check the data"
             )
 
-    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.amp_dtype is None:
-            return _NULL_CONTEXT
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
-
-    def _sync_context(self, boundary: bool) -> contextlib.AbstractContextManager[Any]:
-        """Gradient sync for wrapped (DDP) models: only at the accumulation boundary."""
-        if boundary:  # every step when accumulate=1: skip the attribute lookup (a miss on a
-            return _NULL_CONTEXT  # plain Module raises and catches AttributeError inside)
-        no_sync = getattr(self.forward_model, "no_sync", None)
-        return no_sync() if no_sync is not None else _NULL_CONTEXT
-
-    def _count_overflow(self) -> None:
-        # After unscale_, the scaler knows (on the device) whether the gradients hold inf/NaN,
-        # in which case scaler.step skips the update: count it without a host sync.
-        try:
-            found = self.scaler._found_inf_per_device(self.optimizer)  # type: ignore[union-attr]
-        except (AttributeError, KeyError, RuntimeError):  # a torch without this helper
-            return
-        if found:
-            flags = [f.to(self.device).reshape(()) for f in found.values()]
-            overflow = torch.stack(flags).amax()
-            self.train_metrics.update({"overflow_steps": overflow})
-
     # ------------------------------------------------------------------ the loop
     def fit(
         self,
@@ -358,9 +330,9 @@ class Engine:
             The history: one dict of floats per epoch (train means, ``val_`` values,
             ``epoch`` and ``step``).
         """
-        _check_positive_int("epochs", epochs)
-        _check_positive_int("max_steps", max_steps, allow_none=True)
-        _check_positive_int("eval_every", eval_every, allow_none=True)
+        check_number("epochs", epochs, integer=True, at_least=1)
+        check_number("max_steps", max_steps, integer=True, at_least=1, allow_none=True)
+        check_number("eval_every", eval_every, integer=True, at_least=1, allow_none=True)
         if not isinstance(train_data, Iterable):
             raise BeyondfitError(
                 f"train_data must be an iterable of batches, got {type(train_data).__name__}"
@@ -397,7 +369,7 @@ class Engine:
             self.data_exhausted = False
             for batch in batches:
                 before = self.global_step
-                self.step(batch)
+                self.train_step(batch)
                 self.batch_in_epoch += 1
                 if self.global_step == before:
                     continue
@@ -497,14 +469,13 @@ class Engine:
         self.val_metrics.reset()
         self.val_metrics.objects.clear()
         try:
-            with torch.inference_mode(), self._autocast():
+            with torch.inference_mode():
                 if callable(data) and not isinstance(data, Iterable):
-                    raw = self.strategy.reduce_mapping(data(self.model))
+                    with self.precision.autocast():
+                        raw = self.strategy.reduce_mapping(data(self.eval_model))
                 else:
                     for batch in self.strategy.shard_eval(data):
-                        batch = move_to_device(batch, self.device, self._non_blocking)
-                        _, logs = _unpack(self.loss_fn(self.model, batch), training=False)
-                        self.val_metrics.update(logs)
+                        self.test_step(batch)
                     raw = self.val_metrics.compute()
                     if not raw:
                         raise BeyondfitError(
@@ -516,6 +487,15 @@ class Engine:
             self.model.train(was_training)
         return {(k if k.startswith("val_") else f"val_{k}"): float(v) for k, v in raw.items()}
 
+    def test_step(self, batch: Any) -> None:
+        """Score one batch with the closure, as :meth:`train_step` runs it, minus the update:
+        the same forward path and autocast, no gradients, into the validation metrics. Call it
+        under ``model.eval()`` and ``torch.inference_mode()``, as :meth:`evaluate` does."""
+        batch = move_to_device(batch, self.device, self._non_blocking)
+        with self.precision.autocast():
+            out = self.loss_fn(self.eval_model, batch)
+        self.val_metrics.update(unpack_output(out, training=False)[1])
+
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
@@ -526,14 +506,7 @@ class Engine:
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "counters": {
-                "global_step": self.global_step,
-                "epoch": self.epoch,
-                "batch_in_epoch": self.batch_in_epoch,
-                "skipped_steps": self.skipped_steps,
-                "evaluated_at": self.evaluated_at,
-                "data_exhausted": self.data_exhausted,
-            },
+            "counters": self.state.state_dict(),
             "last_val": dict(self.last_val),
             "metrics": self.train_metrics.state_dict(),
             "history": [dict(row) for row in self.history],
@@ -541,8 +514,8 @@ class Engine:
         }
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
+        if self.precision.scaler is not None:
+            state["scaler"] = self.precision.state_dict()
         data_state = getattr(self.train_data, "state_dict", None)
         if callable(data_state):
             state["data"] = data_state()
@@ -574,15 +547,10 @@ class Engine:
             ) from None
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
-        if self.scaler is not None and "scaler" in state:
-            self.scaler.load_state_dict(state["scaler"])
-        counters = state["counters"]
-        self.global_step = int(counters["global_step"])
-        self.epoch = int(counters["epoch"])
-        self.batch_in_epoch = int(counters["batch_in_epoch"])
-        self.skipped_steps = int(counters.get("skipped_steps", 0))
-        self.evaluated_at = int(counters.get("evaluated_at", -1))
-        self.data_exhausted = bool(counters.get("data_exhausted", False))
+        if "scaler" in state:
+            self.precision.load_state_dict(state["scaler"])
+        self.state = TrainState()
+        self.state.load_state_dict(state["counters"])
         self.last_val = dict(state.get("last_val", {}))
         self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
@@ -612,49 +580,6 @@ class Engine:
         state = safe_load(path)
         self.load_state_dict(state, source=f"checkpoint {str(path)!r}")
         return state
-
-
-# ---------------------------------------------------------------------- helpers
-def _unpack(out: Any, training: bool) -> tuple[torch.Tensor, Mapping[str, Any]]:
-    """Validate a closure's return value; give back the loss and the entries to track."""
-    if isinstance(out, torch.Tensor):
-        loss, logs = out, {"loss": out}
-    elif type(out) is dict or isinstance(out, Mapping):  # dict first: skips the ABC check
-        if "loss" not in out:
-            raise BeyondfitError(
-                f"loss_fn returned a mapping without 'loss' (keys: {sorted(map(str, out))}); "
-                "return {'loss': scalar_tensor, ...}"
-            )
-        loss, logs = out["loss"], out
-        for name, value in out.items():
-            if isinstance(value, torch.Tensor):
-                if value.numel() != 1:
-                    raise BeyondfitError(
-                        f"loss_fn returned {name!r} with shape {tuple(value.shape)}; every "
-                        "returned tensor must be a scalar (reduce it, e.g. .mean())"
-                    )
-            elif not isinstance(value, (int, float)) and not is_metric_object(value):
-                raise BeyondfitError(
-                    f"loss_fn returned {name!r} of type {type(value).__name__}; entries must "
-                    "be scalar tensors, numbers or metric objects"
-                )
-    else:
-        raise BeyondfitError(
-            f"loss_fn returned {type(out).__name__}; return a scalar tensor or a mapping "
-            "with a 'loss' entry"
-        )
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
-        raise BeyondfitError(
-            f"loss_fn returned a loss of shape {shape}; the loss must be a scalar tensor "
-            "(reduce it, e.g. .mean())"
-        )
-    if training and not loss.requires_grad:
-        raise BeyondfitError(
-            "the loss does not require grad: it does not depend on any trainable parameter "
-            "(all frozen, or computed under no_grad/detach); unfreeze parameters or fix loss_fn"
-        )
-    return (loss.reshape(()) if loss.dim() else loss), logs
 
 
 def _build_optimizer(optimizer: Any, params: list[nn.Parameter]) -> torch.optim.Optimizer:
@@ -695,17 +620,3 @@ def _safe_len(data: Any) -> int | None:
         return len(data)
     except TypeError:
         return None
-
-
-def _check_positive(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise BeyondfitError(f"{name}={value!r}; it must be a positive number")
-
-
-def _check_positive_int(name: str, value: Any, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise BeyondfitError(f"{name}={value!r}; it must be a positive whole number")

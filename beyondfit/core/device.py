@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 
 def resolve_device(device: str | torch.device = "auto") -> torch.device:

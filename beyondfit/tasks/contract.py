@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 #: An evaluator scores a model without a loss closure (e.g. greedy RL episodes).
 Evaluator = Callable[[nn.Module], Mapping[str, float]]

@@ -33,194 +33,24 @@ import functools
 import inspect
 import logging
 import math
-import os
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from beyondfit.device import resolve_device
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.strategy import Strategy
+from beyondfit.distributed.launch import init_process_group, launch_env, rank_device
+from beyondfit.distributed.sharding import (
+    ShardedBatches,
+    StridedIterable,
+    distributed_loader,
+    has_distributed_sampler,
+    strided_loader,
+)
 
 log = logging.getLogger(__name__)
-
-#: ``engine.strategy`` values.
-STRATEGIES = ("auto", "none", "ddp")
-
-
-# ---------------------------------------------------------------------- the launch environment
-@dataclass(frozen=True)
-class LaunchEnv:
-    """Where this process sits in a torchrun launch."""
-
-    rank: int
-    local_rank: int
-    world_size: int
-
-
-def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
-    """torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``, or ``None`` outside a launcher."""
-    environ = os.environ if environ is None else environ
-    if "RANK" not in environ or "WORLD_SIZE" not in environ:
-        return None
-    try:
-        rank = int(environ["RANK"])
-        world = int(environ["WORLD_SIZE"])
-        local = int(environ.get("LOCAL_RANK", rank))
-    except ValueError:
-        raise BeyondfitError(
-            f"RANK={environ.get('RANK')!r}, WORLD_SIZE={environ.get('WORLD_SIZE')!r}, "
-            f"LOCAL_RANK={environ.get('LOCAL_RANK')!r} are not whole numbers; start the "
-            "processes with torchrun, which sets them"
-        ) from None
-    if world < 1 or not 0 <= rank < world or local < 0:
-        raise BeyondfitError(
-            f"RANK={rank}, WORLD_SIZE={world} do not describe a process group; start the "
-            "processes with torchrun, which sets them"
-        )
-    return LaunchEnv(rank=rank, local_rank=local, world_size=world)
-
-
-def init_process_group(env: LaunchEnv | None = None, timeout_s: float | None = None) -> None:
-    """Join the default process group (no-op when one exists).
-
-    Gloo carries CPU tensors and NCCL CUDA tensors: on a machine with CUDA the group is
-    ``cpu:gloo,cuda:nccl``, so a run may use either device, and small host-side messages (the
-    config, metric names) travel over Gloo. Without ``env`` (``engine.strategy=ddp`` outside
-    torchrun) the group has this one process, over an in-memory store: no port is opened.
-    """
-    if dist.is_initialized():
-        return
-    if not dist.is_available():
-        raise BeyondfitError(
-            "this torch build has no torch.distributed; install a build with it or drop "
-            "engine.strategy=ddp"
-        )
-    cuda = torch.cuda.is_available() and dist.is_nccl_available()
-    backend = "cpu:gloo,cuda:nccl" if cuda else "gloo"
-    timeout = timedelta(seconds=timeout_s) if timeout_s else None
-    if env is not None and cuda and env.local_rank < torch.cuda.device_count():
-        # NCCL binds a process to the current device: set it before the group exists.
-        torch.cuda.set_device(env.local_rank)
-    if env is None:
-        dist.init_process_group(
-            backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout
-        )
-    else:
-        dist.init_process_group(
-            backend, init_method="env://", rank=env.rank, world_size=env.world_size,
-            timeout=timeout,
-        )
-
-
-def shutdown() -> None:
-    """Leave the process group (once every rank is done with collectives)."""
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def rank() -> int:
-    """This process's rank (0 outside a process group)."""
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-
-
-def world_size() -> int:
-    """Processes in the group (1 outside a process group)."""
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def derive_seed(seed: int, rank: int) -> int:
-    """A per-rank seed: ``seed`` itself on rank 0, an unrelated 31-bit seed on the others.
-
-    Rank 0 keeps the run's seed, so a one-process run reproduces a single-process one; the
-    others get seeds from NumPy's ``SeedSequence``, which are not ``seed + 1`` neighbours that
-    an env offsetting seeds per copy (``seed + i``) would collide with.
-    """
-    if rank == 0:
-        return int(seed)
-    return int(np.random.SeedSequence([int(seed) % 2**32, int(rank)]).generate_state(1)[0] >> 1)
-
-
-# ---------------------------------------------------------------------- strategies
-class Strategy:
-    """One process, one device: every hook is the identity. Base of :class:`DDPStrategy`."""
-
-    rank: int = 0
-    local_rank: int = 0
-    world_size: int = 1
-    is_distributed: bool = False
-
-    @property
-    def is_main(self) -> bool:
-        """True on the process that prints, logs and writes files (rank 0)."""
-        return self.rank == 0
-
-    def setup_device(self, device: str | torch.device) -> torch.device:
-        """The device this process trains on."""
-        return resolve_device(device)
-
-    def wrap(self, model: nn.Module, compiled: nn.Module | None = None) -> Any:
-        """The module the loss closure is given (``compiled`` when compilation is on)."""
-        return compiled if compiled is not None else model
-
-    def shard_train(self, data: Any) -> Any:
-        """This rank's part of the training data."""
-        return data
-
-    def shard_eval(self, data: Any) -> Any:
-        """This rank's part of the validation data."""
-        return data
-
-    def set_epoch(self, data: Any, epoch: int) -> None:
-        """Tell distributed samplers which epoch starts (they reshuffle by it)."""
-
-    def all_finite(self, loss: torch.Tensor) -> bool:
-        """Is the loss finite (on every rank)? One host sync."""
-        return math.isfinite(loss.item())
-
-    def skipped_boundary(self, params: Sequence[nn.Parameter]) -> None:
-        """A micro-batch that would have synchronised gradients was skipped."""
-
-    def sync_gradients(self, params: Sequence[nn.Parameter]) -> None:
-        """Average gradients that were accumulated without synchronisation."""
-
-    def agree_stop(self, stop: bool, interrupted: str | None) -> tuple[bool, str | None]:
-        """The engine's ``should_stop`` and ``interrupted`` as every rank will act on them."""
-        return stop, interrupted
-
-    def sync_buffers(self, model: nn.Module) -> None:
-        """Make buffers (BatchNorm statistics) equal on every rank before evaluating."""
-
-    def metric_reducer(self) -> Callable[..., Any] | None:
-        """The cross-rank reduction a :class:`~beyondfit.metrics.MetricTracker` uses."""
-        return None
-
-    def reduce_mapping(self, values: Mapping[str, float]) -> dict[str, float]:
-        """Means over ranks of an evaluator's results."""
-        return dict(values)
-
-    def reduce_report(
-        self, values: Mapping[str, float], totals: Iterable[str] = ()
-    ) -> dict[str, float]:
-        """A data source's own statistics: ``totals`` (counts) summed over ranks, the rest
-        averaged over the ranks that reported them."""
-        return {name: float(value) for name, value in values.items()}
-
-    def broadcast(self, obj: Any) -> Any:
-        """Rank 0's ``obj`` on every rank."""
-        return obj
-
-    def barrier(self) -> None:
-        """Wait for every rank."""
-
-
-#: The single-process strategy.
-SingleProcess = Strategy
 
 
 class DDPStrategy(Strategy):
@@ -297,13 +127,13 @@ class DDPStrategy(Strategy):
         return out
 
     def _shard_train(self, data: Any) -> Any:
-        if isinstance(data, ShardedBatches) or _has_distributed_sampler(data):
+        if isinstance(data, ShardedBatches) or has_distributed_sampler(data):
             return data
         shard = getattr(data, "shard", None)
         if callable(shard):
             out = shard(self.rank, self.world_size)
             return data if out is None else out
-        loader = _distributed_loader(data, self.rank, self.world_size, self._shared_seed)
+        loader = distributed_loader(data, self.rank, self.world_size, self._shared_seed)
         if loader is not None:
             return loader
         if isinstance(data, Sequence):
@@ -325,9 +155,9 @@ class DDPStrategy(Strategy):
         if isinstance(data, Sequence):
             sharded: Any = ShardedBatches(data, self.rank, self.world_size, pad=False)
         else:
-            sharded = _strided_loader(data, self.rank, self.world_size)
+            sharded = strided_loader(data, self.rank, self.world_size)
             if sharded is None:
-                sharded = _StridedIterable(data, self.rank, self.world_size)
+                sharded = StridedIterable(data, self.rank, self.world_size)
         _remember(self._eval_cache, data, sharded)
         return sharded
 
@@ -345,6 +175,11 @@ class DDPStrategy(Strategy):
         return int(self.broadcast(torch.initial_seed() % 2**31))
 
     # -- the step
+    def no_sync(self, model: Any, boundary: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync`` inside an accumulation window; the window's last backward
+        all-reduces. DDP decides in the forward, so forward and backward run inside."""
+        return contextlib.nullcontext() if boundary else model.no_sync()
+
     def all_finite(self, loss: torch.Tensor) -> bool:
         """All ranks skip a micro-batch together, or none does: one tiny all-reduce."""
         flag = torch.isfinite(loss.detach()).to(torch.float32).reshape(1)
@@ -462,68 +297,6 @@ class DDPStrategy(Strategy):
             log.warning("%s", message)
 
 
-def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
-    """``"auto"`` (DDP under a multi-process torchrun launch), ``"none"`` or ``"ddp"``."""
-    if isinstance(strategy, Strategy):
-        return strategy
-    name = "auto" if strategy is None else str(strategy).strip().lower()
-    if name not in STRATEGIES:
-        raise BeyondfitError(
-            f"engine.strategy={strategy!r}; use auto (DDP when torchrun starts several "
-            "processes), none or ddp"
-        )
-    env = launch_env()
-    several = (env is not None and env.world_size > 1) or world_size() > 1
-    if name == "none":
-        if several:
-            count = max(world_size(), env.world_size if env else 1)
-            raise BeyondfitError(
-                f"engine.strategy=none but this is one of {count} processes started by "
-                "torchrun; drop engine.strategy (auto) or start one process with python"
-            )
-        return Strategy()
-    if name == "ddp" or several:
-        return DDPStrategy()
-    return Strategy()
-
-
-def rank_device(
-    device: str | torch.device, local_rank: int, cuda_available: bool, cuda_count: int
-) -> torch.device:
-    """The device of the process with ``local_rank`` on its node, for the requested ``device``.
-
-    ``auto`` and ``cuda`` mean ``cuda:LOCAL_RANK`` (the CPU for ``auto`` without CUDA);
-    ``cpu`` is the CPU. A fixed ``cuda:N`` other than the process's own, and MPS (no DDP
-    backend), are errors that say what to write instead.
-    """
-    name = str(device).strip().lower()
-    if name == "auto":
-        name = "cuda" if cuda_available else "cpu"
-    if name == "cpu":
-        return torch.device("cpu")
-    if name.startswith("mps"):
-        raise BeyondfitError(
-            f"device={name!r} cannot be used with DDP (no MPS process-group backend); use "
-            "device=cpu, or one process"
-        )
-    if not name.startswith("cuda"):
-        return resolve_device(name)  # raises its own clear error
-    if not cuda_available:
-        raise BeyondfitError(f"device={name!r} but CUDA is not available here; use device=cpu")
-    index = torch.device(name).index
-    if index is not None and index != local_rank:
-        raise BeyondfitError(
-            f"device={name!r} under DDP: each process uses its own GPU, cuda:LOCAL_RANK "
-            f"(here cuda:{local_rank}); set device=cuda"
-        )
-    if local_rank >= cuda_count:
-        raise BeyondfitError(
-            f"LOCAL_RANK={local_rank} but this node has {cuda_count} CUDA device(s); start at "
-            f"most {cuda_count} processes per node (torchrun --nproc_per_node={cuda_count})"
-        )
-    return torch.device("cuda", local_rank)
-
-
 def _remember(cache: dict[int, tuple[Any, Any]], data: Any, result: Any, size: int = 8) -> None:
     # Keyed by id, holding the object so the id cannot be reused while cached; bounded, so
     # evaluating many throwaway datasets does not keep them all alive.
@@ -608,163 +381,3 @@ class DistributedModel:
 
     def __repr__(self) -> str:
         return f"DistributedModel({self._module!r})"
-
-
-# ---------------------------------------------------------------------- data
-class ShardedBatches(Sequence):
-    """Rank ``r`` of ``world`` takes batches ``r, r + world, ...`` of a sequence of batches.
-
-    With ``pad`` (training) every rank gets ``ceil(len / world)`` batches, wrapping around to
-    the start, because DDP needs equal step counts; without it (evaluation) the parts are
-    disjoint and together exactly the sequence.
-    """
-
-    def __init__(self, batches: Sequence[Any], rank: int, world: int, pad: bool) -> None:
-        self.batches, self.rank, self.world, self.pad = batches, rank, world, pad
-        n = len(batches)
-        if pad and n:
-            self._indices = [(rank + i * world) % n for i in range(math.ceil(n / world))]
-        else:
-            self._indices = list(range(rank, n, world))
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self.batches[j] for j in self._indices[i]]
-        return self.batches[self._indices[i]]
-
-    def __iter__(self) -> Iterator[Any]:
-        return (self.batches[j] for j in self._indices)
-
-
-class _StridedIterable:
-    """Every ``world``-th batch of any iterable, starting at ``rank`` (evaluation only)."""
-
-    def __init__(self, data: Iterable[Any], rank: int, world: int) -> None:
-        self.data, self.rank, self.world = data, rank, world
-
-    def __iter__(self) -> Iterator[Any]:
-        for i, batch in enumerate(self.data):
-            if i % self.world == self.rank:
-                yield batch
-
-
-class _StridedBatchSampler:
-    """Every ``world``-th batch of indices of a batch sampler: loads only this rank's batches."""
-
-    def __init__(self, batch_sampler: Iterable[list[int]], rank: int, world: int) -> None:
-        self.batch_sampler, self.rank, self.world = batch_sampler, rank, world
-
-    def __iter__(self) -> Iterator[list[int]]:
-        for i, indices in enumerate(self.batch_sampler):
-            if i % self.world == self.rank:
-                yield indices
-
-    def __len__(self) -> int:
-        n = len(self.batch_sampler)  # type: ignore[arg-type]
-        return len(range(self.rank, n, self.world))
-
-
-def _loader_kwargs(loader: Any) -> dict[str, Any]:
-    kwargs = {
-        "num_workers": loader.num_workers,
-        "collate_fn": loader.collate_fn,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "multiprocessing_context": loader.multiprocessing_context,
-        "generator": loader.generator,
-        "persistent_workers": loader.persistent_workers,
-    }
-    if loader.num_workers > 0:
-        kwargs["prefetch_factor"] = loader.prefetch_factor
-    return kwargs
-
-
-def _map_style_loader(data: Any) -> bool:
-    from torch.utils.data import DataLoader, IterableDataset
-
-    return isinstance(data, DataLoader) and not isinstance(data.dataset, IterableDataset)
-
-
-def _has_distributed_sampler(data: Any) -> bool:
-    from torch.utils.data import DistributedSampler
-
-    sampler = getattr(data, "sampler", None)
-    inner = getattr(getattr(data, "batch_sampler", None), "sampler", None)
-    return isinstance(sampler, DistributedSampler) or isinstance(inner, DistributedSampler)
-
-
-def _distributed_loader(
-    data: Any, rank: int, world: int, seed: Callable[[], int]
-) -> Any | None:
-    """The same DataLoader over a ``DistributedSampler`` (``None`` if ``data`` is not one we
-    can rebuild: not map-style, or a custom batch sampler)."""
-    from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
-
-    if not _map_style_loader(data) or data.batch_size is None:
-        return None
-    if not isinstance(data.sampler, RandomSampler | SequentialSampler):
-        return None
-    sampler = DistributedSampler(
-        data.dataset, num_replicas=world, rank=rank,
-        shuffle=isinstance(data.sampler, RandomSampler), seed=seed(), drop_last=data.drop_last,
-    )
-    return DataLoader(
-        data.dataset, batch_size=data.batch_size, sampler=sampler, drop_last=data.drop_last,
-        **_loader_kwargs(data),
-    )
-
-
-def _strided_loader(data: Any, rank: int, world: int) -> Any | None:
-    """A map-style DataLoader that loads only this rank's batches, in the original batches."""
-    from torch.utils.data import DataLoader
-
-    if not _map_style_loader(data):
-        return None
-    return DataLoader(
-        data.dataset, batch_sampler=_StridedBatchSampler(data.batch_sampler, rank, world),
-        **_loader_kwargs(data),
-    )
-
-
-# ---------------------------------------------------------------------- one config, one run dir
-def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
-    """On rank 0 of a multi-process launch, send the composed config and run directory to the
-    other ranks (waiting in :func:`follow_jobs`); everywhere return what all ranks will use.
-
-    The config is resolved once, here: ``${now:...}`` and ``${hydra:...}`` mean the same on
-    every rank (hydra #2070), and only rank 0 ever ran Hydra or made a directory.
-    """
-    if world_size() == 1:
-        return cfg, run_dir
-    from omegaconf import OmegaConf
-
-    container = OmegaConf.to_container(cfg, resolve=True)
-    box = [{"cfg": container, "run_dir": str(run_dir)}]
-    dist.broadcast_object_list(box, src=0)
-    return OmegaConf.create(container), str(run_dir)
-
-
-def end_jobs() -> None:
-    """Rank 0 tells the waiting ranks that there are no more jobs."""
-    if world_size() > 1:
-        dist.broadcast_object_list([None], src=0)
-
-
-def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
-    """Non-zero ranks: run each job rank 0 shares, until it says there are none; returns the
-    number run. A Hydra multirun under torchrun is a sequence of such jobs."""
-    from omegaconf import OmegaConf
-
-    done = 0
-    while True:
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0)
-        job = box[0]
-        if job is None:
-            return done
-        run_job(OmegaConf.create(job["cfg"]), job["run_dir"])
-        done += 1

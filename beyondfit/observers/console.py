@@ -3,7 +3,7 @@
 :func:`progress_callback` picks one of the two. In a terminal it is a :class:`ProgressBar`
 (tqdm): optimizer steps, steps/s, the loss and a few key metrics, redrawn at most every
 ``refresh`` seconds. When stdout is not a terminal (CI, a file, a Hydra multirun) it is a
-plain :class:`~beyondfit.loggers.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
+plain :class:`~beyondfit.observers.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
 ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Both read the numbers the engine
 already synchronised for ``on_log``/``on_eval_end``: neither ever waits on the device.
 """
@@ -18,13 +18,60 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from beyondfit.errors import BeyondfitError
-from beyondfit.loggers import ConsoleLogger
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
+
+log = logging.getLogger("beyondfit")
 
 _BAR_CHOICES = ("auto", "true", "false")
+
+
+def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
+    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits)."""
+    return " - ".join(f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip)
+
+
+class ConsoleLogger(Callback):
+    """Keras-style lines through ``logging``: one per epoch, one per mid-epoch evaluation.
+
+    ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Lines go to the
+    ``beyondfit`` logger, so Hydra's job log captures them too.
+    """
+
+    rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
+
+    def __init__(self, epochs: int | None = None, every: int = 1) -> None:
+        self.epochs = epochs
+        self.every = max(1, int(every))
+        self._start = time.perf_counter()
+
+    def on_fit_start(self, engine: Engine) -> None:
+        """Start the clock."""
+        self._start = time.perf_counter()
+
+    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Print evaluations that happen inside an epoch (RL, long epochs)."""
+        if not self._at_epoch_end(engine):  # epoch-end evaluations go on the epoch line
+            log.info("step %d - %s - %.1fs", engine.global_step, format_logs(logs),
+                     time.perf_counter() - self._start)
+
+    def _at_epoch_end(self, engine: Engine) -> bool:
+        try:
+            return engine.batch_in_epoch >= len(engine.train_data)
+        except TypeError:  # no length (a generator, an RL collector): never at a known end
+            return False
+
+    def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """One line per ``every`` epochs (and always the last)."""
+        epoch = int(logs.get("epoch", engine.epoch))
+        if epoch % self.every and epoch != self.epochs:
+            return
+        total = f"/{self.epochs}" if self.epochs else ""
+        log.info("epoch %d%s - %s - %.1fs", epoch, total, format_logs(logs),
+                 time.perf_counter() - self._start)
 
 
 class ConsoleFormatter(logging.Formatter):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 
 def _sklearn_data_dir() -> Path:

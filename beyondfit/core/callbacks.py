@@ -11,10 +11,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 
 class Callback:

@@ -2,7 +2,7 @@
 
 ``tensorboard`` is an optional extra (``pip install "beyondfit[tensorboard]"``); it is
 imported only when a :class:`TensorBoardLogger` is made, and its absence is a
-:class:`~beyondfit.errors.BeyondfitError` that says how to install it. On the command line:
+:class:`~beyondfit.core.errors.BeyondfitError` that says how to install it. On the command line:
 ``python -m beyondfit +task=regression +logger=tensorboard``, then
 ``tensorboard --logdir outputs``.
 """
@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beyondfit.callbacks import Callback
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 _MISSING = (
     "logger=tensorboard needs the tensorboard package, which is not installed; "

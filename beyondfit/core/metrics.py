@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 
 def is_metric_object(value: Any) -> bool:

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError
 
 
 def cosine(

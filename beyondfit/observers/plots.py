@@ -21,11 +21,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beyondfit.callbacks import Callback
-from beyondfit.errors import BeyondfitError
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
 
 if TYPE_CHECKING:
-    from beyondfit.engine import Engine
+    from beyondfit.core.engine import Engine
 
 log = logging.getLogger("beyondfit")
 

@@ -1,0 +1,163 @@
+"""The command line: ``python -m beyondfit +task=NAME [key=value ...]`` (also ``beyondfit``).
+
+Hydra composes the config; :func:`beyondfit.cli.run.run` does the rest. Mistakes a user can
+make come out as one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig
+
+from beyondfit.checkpoint import resume_run_dir
+from beyondfit.checkpoint.interrupt import TrainingInterrupted
+from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
+from beyondfit.cli.run import CONF_DIR, available, no_task_message, run
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.distributed import init_process_group, launch_env, shutdown
+
+# Flags with which Hydra prints something instead of running a job.
+_INFO_FLAGS = (
+    "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
+)  # fmt: skip
+
+
+def fail(message: str) -> None:
+    """Print one line and exit with status 2."""
+    print(f"beyondfit: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def check_choices(args: list[str]) -> None:
+    """Catch an unknown or missing task/optimizer before Hydra starts (and makes a run dir)."""
+    if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
+        return
+    picked_task = False
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if not sep:
+            continue
+        group = key.lstrip("+~")
+        if group in ("task", "experiment"):
+            picked_task = True
+        if group not in ("task", "optimizer", "experiment", "logger"):
+            continue
+        options = available(group)
+        # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
+        for choice in value.split(","):
+            choice = choice.strip().strip("[]").strip()
+            if choice and choice not in options:
+                how = {
+                    "optimizer": "optimizer=NAME",
+                    "logger": "logger=[NAME,...] or +logger=NAME",
+                }.get(group, f"+{group}=NAME")
+                fail(
+                    f"unknown {group} {choice!r}; available: {', '.join(options)} "
+                    f"(pick with {how})"
+                )
+    if not picked_task:
+        fail(no_task_message())
+
+
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
+def _app(cfg: DictConfig) -> None:
+    # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
+    cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
+    try:
+        run(cfg, run_dir)
+    except BeyondfitError as exc:
+        fail(str(exc))
+    except TrainingInterrupted as exc:
+        print(f"beyondfit: {exc}", file=sys.stderr)
+        if exc.checkpoint is not None:
+            print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
+def resume_command(checkpoint: Path) -> str:
+    """This run's command line with ``resume=`` pointing at its run directory."""
+    target = resume_run_dir(checkpoint) or checkpoint
+    args = [
+        a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
+    ]
+    return shlex.join(["python", "-m", "beyondfit", *args, f"resume={target}"])
+
+
+def resume_overrides(args: list[str]) -> list[str]:
+    """Hydra overrides that make ``resume=RUN`` continue inside that run's directory.
+
+    The resumed run appends to the run's metrics file and checkpoints; Hydra's record of
+    this invocation goes to ``.hydra/resume/``, keeping the original ``.hydra/``. An
+    explicit ``hydra.run.dir=`` wins.
+    """
+    value = None
+    for arg in args:
+        key, sep, val = arg.partition("=")
+        key = key.lstrip("+")
+        if key in ("hydra.run.dir", "hydra.output_subdir"):
+            return []
+        if sep and key == "resume":
+            value = val.strip().strip("'\"")
+    if not value or value == "null":
+        return []
+    run_dir = resume_run_dir(value)
+    if run_dir is None or not run_dir.is_dir():
+        return []  # a loose checkpoint file: a fresh run directory, as usual
+    text = str(run_dir)
+    if not re.fullmatch(r"[\w/.\-:+@%~]+", text):
+        text = "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return [f"hydra.run.dir={text}", "hydra.output_subdir=.hydra/resume"]
+
+
+def _follow(cfg: DictConfig, run_dir: str) -> None:
+    """A non-zero torchrun rank: run the job rank 0 composed, in rank 0's run directory."""
+    try:
+        run(cfg, run_dir)
+    except BeyondfitError as exc:
+        fail(str(exc))
+    except TrainingInterrupted as exc:
+        sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
+
+
+def resolve_flag(args: list[str]) -> list[str]:
+    """``["--resolve"]`` when ``--cfg`` is asked for without it: show values, not ``${seed}``."""
+    asks_cfg = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
+    return ["--resolve"] if asks_cfg and "--resolve" not in args else []
+
+
+def main() -> None:
+    """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
+    check_choices(sys.argv[1:])
+    sys.argv += resume_overrides(sys.argv[1:])
+    sys.argv += resolve_flag(sys.argv[1:])
+    try:
+        env = launch_env()
+    except BeyondfitError as exc:
+        fail(str(exc))
+    if env is not None and env.world_size > 1:
+        # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
+        # (one run directory, one .hydra/, one log) and sends every job to the others.
+        init_process_group(env)
+        if env.rank != 0:
+            follow_jobs(_follow)
+            shutdown()
+            return
+    try:
+        _app()
+    except SystemExit as exc:
+        # Hydra reports its own config errors (bad override, unknown key) with status 1.
+        if exc.code == 1:
+            sys.exit(2)
+        raise
+    end_jobs()  # no more jobs: the other ranks return (no-op in one process)
+    shutdown()
+
+
+if __name__ == "__main__":
+    main()

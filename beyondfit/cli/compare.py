@@ -1,0 +1,289 @@
+"""Compare runs: ``python -m beyondfit.compare DIR [DIR ...] [--out DIR]``.
+
+Each DIR is a run directory (it holds ``metrics.jsonl``) or any folder above some, such as
+a Hydra multirun sweep (``multirun/regression/DATE/`` with ``0/``, ``1/``, ...). Runs are
+grouped into *settings* by their command-line overrides, ignoring ``seed`` and ``hydra.*``:
+``-m +task=regression optimizer.lr=0.01,0.1 seed=0,1,2`` gives two settings of three seeds.
+For each setting the PNG draws the mean curve across seeds and shades the spread
+(min to max; at each step, over the runs that reached it); the markdown table gives each
+key metric's final value as mean ± std.
+
+Output: ``compare.png`` and ``compare.md`` in the first DIR, or in ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import statistics
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.observers.plots import (
+    new_figure,
+    panels,
+    read_metrics,
+    require_matplotlib,
+    save_png,
+    series,
+)
+
+
+@dataclass
+class Run:
+    """One run directory: its rows and the overrides it was launched with."""
+
+    path: Path
+    rows: list[dict[str, Any]]
+    overrides: list[str] = field(default_factory=list)
+    seed: Any = None
+
+
+@dataclass
+class Setting:
+    """Runs that differ only by seed."""
+
+    label: str
+    runs: list[Run]
+
+
+def _natural_key(path: Path) -> list[Any]:
+    # Multirun job folders 0, 1, ..., 10 sort as numbers, not as text.
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(path))]
+
+
+def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
+    """Every run under ``dirs`` (a folder holding ``metrics.jsonl``), in launch order."""
+    runs: list[Run] = []
+    for given in dirs:
+        root = Path(given)
+        if not root.is_dir():
+            raise BeyondfitError(f"{str(root)!r} is not a directory; give run or sweep directories")
+        files = sorted(root.rglob("metrics.jsonl"), key=lambda p: _natural_key(p.parent))
+        if not files:
+            raise BeyondfitError(
+                f"no runs under {str(root)!r} (no metrics.jsonl found); give the directory "
+                "of a run or of a multirun sweep"
+            )
+        for file in files:
+            rows = read_metrics(file)
+            if rows:
+                runs.append(Run(file.parent, rows, *_launch_info(file.parent)))
+    if not runs:
+        raise BeyondfitError("the runs found have empty metrics files: nothing to compare")
+    return runs
+
+
+def _launch_info(run_dir: Path) -> tuple[list[str], Any]:
+    """The run's overrides and seed, from the ``.hydra/`` folder Hydra writes (if any)."""
+    hydra_dir = run_dir / ".hydra"
+    if not hydra_dir.is_dir():
+        return [], None
+    from omegaconf import OmegaConf
+
+    overrides: list[str] = []
+    seed = None
+    if (hydra_dir / "overrides.yaml").is_file():
+        overrides = [str(o) for o in OmegaConf.load(hydra_dir / "overrides.yaml")]
+    if (hydra_dir / "config.yaml").is_file():
+        seed = OmegaConf.load(hydra_dir / "config.yaml").get("seed")
+    return overrides, seed
+
+
+def _override_key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
+def group_runs(runs: Sequence[Run]) -> list[Setting]:
+    """Group runs that differ only by seed; label each group by the overrides that vary.
+
+    Runs without Hydra metadata (written from the Python API) are each their own setting,
+    labelled by their directory.
+    """
+
+    def setting_of(run: Run) -> tuple[str, ...] | None:
+        if not run.overrides and run.seed is None:
+            return None
+        kept = [o for o in run.overrides if _override_key(o) != "seed"]
+        return tuple(sorted(o for o in kept if not _override_key(o).startswith("hydra.")))
+
+    keys = [setting_of(run) for run in runs]
+    known = [set(k) for k in keys if k is not None]
+    shared = set.intersection(*known) if known else set()
+    groups: dict[Any, Setting] = {}
+    for run, key in zip(runs, keys):
+        if key is None:
+            group_key: Any = ("dir", str(run.path))
+            label = run.path.name
+        else:
+            group_key = key
+            label = " ".join(o for o in key if o not in shared) or _common_label(key)
+        groups.setdefault(group_key, Setting(label, [])).runs.append(run)
+    return list(groups.values())
+
+
+def _common_label(key: tuple[str, ...]) -> str:
+    # Every run shares these overrides: name the setting by its task (or all of them).
+    tasks = [o.partition("=")[2] for o in key if _override_key(o) in ("task", "experiment")]
+    return " ".join(tasks) or " ".join(key) or "all runs"
+
+
+def metric_names(settings: Sequence[Setting]) -> list[str]:
+    """The key metrics of these runs: the loss, returns and validation metrics they logged."""
+    rows = [row for s in settings for run in s.runs for row in run.rows]
+    names: list[str] = []
+    for panel_names in panels(rows).values():
+        names += [n for n in panel_names if n not in names]
+    # Evaluation values first: they are what a comparison is usually about.
+    return sorted(names, key=lambda n: not n.startswith("val_"))
+
+
+def band(curves: Sequence[tuple[list[float], list[float]]]) -> tuple[list[float], ...]:
+    """Mean, min and max across several ``(steps, values)`` curves, at every step any has.
+
+    At each step only the curves whose range covers it count (a run stopped early is not
+    extended); inside its range a curve is interpolated linearly, so seeds that logged at
+    different steps still line up. Returns ``(steps, mean, low, high)``.
+    """
+    import numpy as np
+
+    curves = [(s, v) for s, v in curves if s]
+    if not curves:
+        return [], [], [], []
+    grid = np.array(sorted({x for s, _ in curves for x in s}))
+    stacked = np.full((len(curves), len(grid)), np.nan)
+    for i, (s, v) in enumerate(curves):
+        inside = (grid >= s[0]) & (grid <= s[-1])
+        stacked[i, inside] = np.interp(grid[inside], s, v)
+    return (
+        grid.tolist(),
+        np.nanmean(stacked, 0).tolist(),
+        np.nanmin(stacked, 0).tolist(),
+        np.nanmax(stacked, 0).tolist(),
+    )
+
+
+def final_value(run: Run, name: str) -> float | None:
+    """The last logged value of ``name`` in ``run`` (None when it never logged it)."""
+    _, values = series(run.rows, name)
+    return values[-1] if values else None
+
+
+def _short(value: float, digits: int) -> str:
+    # `digits` significant digits, but never 2e+02 for a plain 202.
+    text = f"{value:.{digits}g}"
+    return f"{value:.0f}" if "e+" in text else text
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return _short(mean, 4)
+    return f"{_short(mean, 4)} ± {_short(statistics.stdev(values), 2)}"
+
+
+def table(settings: Sequence[Setting], names: Sequence[str]) -> str:
+    """A markdown table: one row per setting, final value of each metric as mean ± std."""
+    header = ["setting", "runs", *names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for setting in settings:
+        cells = [f"`{setting.label}`", str(len(setting.runs))]
+        for name in names:
+            finals = [final_value(run, name) for run in setting.runs]
+            cells.append(_mean_std([v for v in finals if v is not None and math.isfinite(v)]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(settings: Sequence[Setting], names: Sequence[str], out: Path) -> Path:
+    """One panel per metric; per setting, the mean across seeds and a min-max band."""
+    fig, axes = new_figure(len(names))
+    colors = [f"C{i % 10}" for i in range(len(settings))]
+    for ax, name in zip(axes, names):
+        for color, setting in zip(colors, settings):
+            grid, mean, low, high = band([series(run.rows, name) for run in setting.runs])
+            if not grid:
+                continue
+            label = f"{setting.label} (n={len(setting.runs)})"
+            ax.plot(grid, mean, color=color, linewidth=1.5, label=label)
+            if len(setting.runs) > 1:
+                ax.fill_between(grid, low, high, color=color, alpha=0.2, linewidth=0)
+        ax.set_title(name)
+        ax.set_xlabel("optimizer step")
+        ax.grid(True, alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle("mean across seeds; shaded: min to max", fontsize=9)
+    return save_png(fig, out)
+
+
+def compare(
+    dirs: Sequence[str | Path], out: str | Path | None = None, metrics: Sequence[str] | None = None
+) -> tuple[Path, Path]:
+    """Compare the runs under ``dirs``; write ``compare.png`` and ``compare.md`` into ``out``.
+
+    ``out`` defaults to the first of ``dirs``; ``metrics`` defaults to the key metrics the
+    runs logged. Returns the paths of the PNG and of the markdown table.
+    """
+    if not dirs:
+        raise BeyondfitError("give at least one run or sweep directory")
+    require_matplotlib()
+    settings = group_runs(find_runs(dirs))
+    names = list(metrics) if metrics else metric_names(settings)
+    logged = {n for s in settings for run in s.runs for row in run.rows for n in row}
+    unknown = [n for n in names if n not in logged]
+    if unknown:
+        raise BeyondfitError(
+            f"--metric {', '.join(unknown)} was never logged by these runs; "
+            f"logged: {', '.join(sorted(n for n in logged if n not in ('kind', 'epoch', 'step')))}"
+        )
+    if not names:
+        raise BeyondfitError("these runs logged no loss, return or validation values to compare")
+    out_dir = Path(out) if out is not None else Path(dirs[0])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    png = plot(settings, names, out_dir / "compare.png")
+    sources = ", ".join(f"`{d}`" for d in dirs)
+    seeds = sorted({str(r.seed) for s in settings for r in s.runs if r.seed is not None})
+    text = (
+        f"# Comparison of {sum(len(s.runs) for s in settings)} runs\n\n"
+        f"From {sources}"
+        + (f"; seeds {', '.join(seeds)}" if seeds else "")
+        + ". Final values, mean ± std across the runs of each setting "
+        "(curves: `compare.png`).\n\n" + table(settings, names)
+    )
+    md = out_dir / "compare.md"
+    md.write_text(text)
+    return png, md
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Command-line entry: ``python -m beyondfit.compare DIR [DIR ...] [--out DIR]``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m beyondfit.compare",
+        description="Overlay the runs of a sweep (mean and spread across seeds per setting) "
+        "into compare.png, with a markdown table of final metrics in compare.md.",
+    )
+    parser.add_argument("dirs", nargs="+", metavar="DIR", help="run or multirun sweep directories")
+    parser.add_argument("--out", help="folder for compare.png and compare.md (default: first DIR)")
+    parser.add_argument(
+        "--metric", action="append", metavar="NAME",
+        help="a logged name to compare (repeatable; default: loss, val_loss, returns, val metrics)",
+    )  # fmt: skip
+    args = parser.parse_args(argv)
+    try:
+        png, md = compare(args.dirs, args.out, args.metric)
+    except BeyondfitError as exc:
+        print(f"beyondfit.compare: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    print(md.read_text())
+    print(f"wrote {png} and {md}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,26 @@
+"""The engine's layer: one step engine and what it needs, nothing above it.
+
+Nothing here imports Hydra, OmegaConf, Gymnasium, matplotlib or TensorBoard, nor any of
+``beyondfit.rl``, ``beyondfit.tasks``, ``beyondfit.cli`` or ``beyondfit.observers``.
+"""
+
+from beyondfit.core.callbacks import Callback, StopRule
+from beyondfit.core.device import move_to_device, resolve_device
+from beyondfit.core.engine import Engine
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.metrics import MetricTracker
+from beyondfit.core.seeding import seed_everything
+from beyondfit.core.strategy import Strategy, resolve_strategy
+
+__all__ = [
+    "BeyondfitError",
+    "Callback",
+    "Engine",
+    "MetricTracker",
+    "StopRule",
+    "Strategy",
+    "move_to_device",
+    "resolve_device",
+    "resolve_strategy",
+    "seed_everything",
+]

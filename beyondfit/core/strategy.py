@@ -1,0 +1,146 @@
+"""How many processes train, and what the engine asks of them: the strategy hooks.
+
+The engine never branches on the kind of launch; it calls a handful of hooks, which are
+no-ops here, for one process. :class:`beyondfit.distributed.DDPStrategy` overrides them for
+PyTorch's DistributedDataParallel:
+
+- :meth:`~Strategy.setup_device`: ``cuda:LOCAL_RANK`` per process (NCCL), or the CPU (Gloo).
+- :meth:`~Strategy.wrap`: the module the loss closure sees during training.
+- :meth:`~Strategy.no_sync`: accumulate gradients locally inside an accumulation window.
+- :meth:`~Strategy.shard_train` / :meth:`~Strategy.shard_eval`: each rank gets its part of the
+  data, every rank the same number of training batches.
+- :meth:`~Strategy.metric_reducer` / :meth:`~Strategy.reduce_mapping`: logged values describe
+  the whole data. They are collectives: every rank computes at the same points.
+- :meth:`~Strategy.all_finite`: ranks agree on skipping a non-finite micro-batch.
+- :attr:`~Strategy.is_main`: the one test of "rank 0 only"; the engine drops callbacks whose
+  class sets ``rank_zero_only = True`` on the other ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from beyondfit.core.device import resolve_device
+from beyondfit.core.errors import BeyondfitError
+
+#: ``engine.strategy`` values.
+STRATEGIES = ("auto", "none", "ddp")
+# One stateless, reentrant no-op context for the hot path (no object per step).
+_NULL_CONTEXT = contextlib.nullcontext()
+
+
+class Strategy:
+    """One process, one device: every hook is the identity. Base of :class:`DDPStrategy`."""
+
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    is_distributed: bool = False
+
+    @property
+    def is_main(self) -> bool:
+        """True on the process that prints, logs and writes files (rank 0)."""
+        return self.rank == 0
+
+    def setup_device(self, device: str | torch.device) -> torch.device:
+        """The device this process trains on."""
+        return resolve_device(device)
+
+    def wrap(self, model: nn.Module, compiled: nn.Module | None = None) -> Any:
+        """The module the loss closure is given (``compiled`` when compilation is on)."""
+        return compiled if compiled is not None else model
+
+    def shard_train(self, data: Any) -> Any:
+        """This rank's part of the training data."""
+        return data
+
+    def shard_eval(self, data: Any) -> Any:
+        """This rank's part of the validation data."""
+        return data
+
+    def set_epoch(self, data: Any, epoch: int) -> None:
+        """Tell distributed samplers which epoch starts (they reshuffle by it)."""
+
+    def no_sync(self, model: Any, boundary: bool) -> contextlib.AbstractContextManager[Any]:
+        """The context a micro-batch's forward and backward run in: under DDP, gradients are
+        all-reduced only in the backward that completes an accumulation window."""
+        return _NULL_CONTEXT
+
+    def all_finite(self, loss: torch.Tensor) -> bool:
+        """Is the loss finite (on every rank)? One host sync."""
+        return math.isfinite(loss.item())
+
+    def skipped_boundary(self, params: Sequence[nn.Parameter]) -> None:
+        """A micro-batch that would have synchronised gradients was skipped."""
+
+    def sync_gradients(self, params: Sequence[nn.Parameter]) -> None:
+        """Average gradients that were accumulated without synchronisation."""
+
+    def agree_stop(self, stop: bool, interrupted: str | None) -> tuple[bool, str | None]:
+        """The engine's ``should_stop`` and ``interrupted`` as every rank will act on them."""
+        return stop, interrupted
+
+    def sync_buffers(self, model: nn.Module) -> None:
+        """Make buffers (BatchNorm statistics) equal on every rank before evaluating."""
+
+    def metric_reducer(self) -> Callable[..., Any] | None:
+        """The cross-rank reduction a :class:`~beyondfit.core.metrics.MetricTracker` uses."""
+        return None
+
+    def reduce_mapping(self, values: Mapping[str, float]) -> dict[str, float]:
+        """Means over ranks of an evaluator's results."""
+        return dict(values)
+
+    def reduce_report(
+        self, values: Mapping[str, float], totals: Iterable[str] = ()
+    ) -> dict[str, float]:
+        """A data source's own statistics: ``totals`` (counts) summed over ranks, the rest
+        averaged over the ranks that reported them."""
+        return {name: float(value) for name, value in values.items()}
+
+    def broadcast(self, obj: Any) -> Any:
+        """Rank 0's ``obj`` on every rank."""
+        return obj
+
+    def barrier(self) -> None:
+        """Wait for every rank."""
+
+
+#: The single-process strategy.
+SingleProcess = Strategy
+
+
+def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
+    """``"auto"`` (DDP under a multi-process torchrun launch), ``"none"`` or ``"ddp"``."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    name = "auto" if strategy is None else str(strategy).strip().lower()
+    if name not in STRATEGIES:
+        raise BeyondfitError(
+            f"engine.strategy={strategy!r}; use auto (DDP when torchrun starts several "
+            "processes), none or ddp"
+        )
+    # Deferred: the launch environment and DDP live a layer above the engine's package.
+    from beyondfit.distributed.launch import launch_env, world_size
+
+    env = launch_env()
+    several = (env is not None and env.world_size > 1) or world_size() > 1
+    if name == "none":
+        if several:
+            count = max(world_size(), env.world_size if env else 1)
+            raise BeyondfitError(
+                f"engine.strategy=none but this is one of {count} processes started by "
+                "torchrun; drop engine.strategy (auto) or start one process with python"
+            )
+        return Strategy()
+    if name == "ddp" or several:
+        from beyondfit.distributed.ddp import DDPStrategy
+
+        return DDPStrategy()
+    return Strategy()

@@ -1,0 +1,104 @@
+"""Watch a trained policy: ``python -m beyondfit.play RUN_DIR [--episodes 5] [--video DIR]``.
+
+Loads the ``policy.pt`` that the gym task saved into its run directory (the weights plus the
+env id and architecture, also written to ``policy.json``), runs greedy episodes and prints their
+returns. ``--video DIR`` records them with Gymnasium's ``RecordVideo`` (``rgb_array`` frames,
+written by moviepy, so ``pip install moviepy`` first, plus whatever the env needs to render,
+e.g. pygame for the classic-control envs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.serialization import safe_load
+from beyondfit.rl.envs import action_converter
+from beyondfit.rl.policies import ActorCritic
+
+
+def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
+    """Rebuild the policy saved in a run directory (or from its ``policy.pt``)."""
+    path = Path(path)
+    weights = path / "policy.pt" if path.is_dir() else path
+    if not weights.is_file():
+        raise BeyondfitError(
+            f"no saved policy at {str(path)!r}: expected policy.pt, which a run of an RL task "
+            "(e.g. python -m beyondfit +task=cartpole) writes into its run directory"
+        )
+    state = safe_load(weights)
+    meta = state.get("policy")
+    if not isinstance(meta, dict):
+        raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
+                             "by an RL task (python -m beyondfit +task=cartpole writes one)")
+    env = gym.make(meta["env"])
+    policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
+                         activation=meta["activation"], log_std_init=meta["log_std_init"])
+    env.close()
+    policy.load_state_dict(state["model"])
+    return policy.eval(), meta
+
+
+def play(
+    path: str | Path, episodes: int = 5, video: str | Path | None = None, seed: int = 0
+) -> list[float]:
+    """Run greedy episodes with the saved policy; return their returns."""
+    policy, meta = load_policy(path)
+    if video is not None and importlib.util.find_spec("moviepy") is None:
+        raise BeyondfitError(
+            "recording a video needs moviepy: pip install moviepy (or run without --video)"
+        )
+    env = gym.make(meta["env"], render_mode="rgb_array" if video is not None else None)
+    if video is not None:
+        env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
+                                       name_prefix=meta["env"].replace("/", "-"))
+    to_env = action_converter(env.action_space)
+    returns = []
+    try:
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, done = 0.0, False
+            while not done:
+                with torch.inference_mode():
+                    obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32).unsqueeze(0)
+                    action = to_env(policy.act(obs_t, greedy=True))[0]
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+    except gym.error.DependencyNotInstalled as exc:
+        raise BeyondfitError(f"cannot render {meta['env']}: {exc}") from None
+    finally:
+        env.close()
+    return returns
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command-line entry: print each episode's return and the mean; errors exit with 2."""
+    parser = argparse.ArgumentParser(prog="python -m beyondfit.play", description=__doc__)
+    parser.add_argument("path", help="run directory (or its policy.pt)")
+    parser.add_argument("--episodes", type=int, default=5, help="greedy episodes to run")
+    parser.add_argument("--video", default=None, metavar="DIR", help="record videos into DIR")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    args = parser.parse_args(argv)
+    try:
+        returns = play(args.path, args.episodes, args.video, args.seed)
+    except BeyondfitError as exc:
+        print(f"beyondfit: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    for i, value in enumerate(returns):
+        print(f"episode {i}: return {value:.1f}")
+    print(f"mean return {np.mean(returns):.1f} over {len(returns)} episodes")
+    if args.video is not None:
+        print(f"videos written to {args.video}")
+
+
+if __name__ == "__main__":
+    main()
