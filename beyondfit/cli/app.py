@@ -6,9 +6,11 @@ make come out as one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -19,6 +21,8 @@ from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
 from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
 from beyondfit.cli.run import CONF_DIR, available, no_task_message, run
+from beyondfit.cli.rundir import os_error_line
+from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.distributed import init_process_group, launch_env, shutdown
 
@@ -46,7 +50,7 @@ def check_choices(args: list[str]) -> None:
         group = key.lstrip("+~")
         if group in ("task", "experiment"):
             picked_task = True
-        if group not in ("task", "optimizer", "experiment", "logger"):
+        if group not in ("task", "optimizer", "scheduler", "experiment", "logger"):
             continue
         options = available(group)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
@@ -55,6 +59,7 @@ def check_choices(args: list[str]) -> None:
             if choice and choice not in options:
                 how = {
                     "optimizer": "optimizer=NAME",
+                    "scheduler": "scheduler=NAME",
                     "logger": "logger=[NAME,...] or +logger=NAME",
                 }.get(group, f"+{group}=NAME")
                 fail(
@@ -73,6 +78,8 @@ def _app(cfg: DictConfig) -> None:
         run(cfg, run_dir)
     except BeyondfitError as exc:
         fail(str(exc))
+    except OSError as exc:  # a full disk, a read-only or blocked path: name it, no traceback
+        fail(os_error_line(exc))
     except TrainingInterrupted as exc:
         print(f"beyondfit: {exc}", file=sys.stderr)
         if exc.checkpoint is not None:
@@ -121,6 +128,8 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
         run(cfg, run_dir)
     except BeyondfitError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(os_error_line(exc))
     except TrainingInterrupted as exc:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
 
@@ -132,7 +141,24 @@ def resolve_flag(args: list[str]) -> list[str]:
 
 
 def main() -> None:
-    """Console-script entry point (``beyondfit``) and ``python -m beyondfit``."""
+    """Console-script entry point (``beyondfit``) and ``python -m beyondfit``.
+
+    Ctrl-C anywhere outside training (start-up, composing, building the task) ends with one
+    line and status 130; during training it checkpoints first (GracefulInterrupt).
+    """
+    try:
+        _main()
+    except KeyboardInterrupt:
+        interrupted()
+
+
+def interrupted() -> None:
+    """The one line and exit status of a Ctrl-C outside training."""
+    print("\nbeyondfit: interrupted (SIGINT)", file=sys.stderr)
+    sys.exit(130)
+
+
+def _main() -> None:
     check_choices(sys.argv[1:])
     sys.argv += resume_overrides(sys.argv[1:])
     sys.argv += resolve_flag(sys.argv[1:])
@@ -149,7 +175,7 @@ def main() -> None:
             shutdown()
             return
     try:
-        _app()
+        run_hydra(_app)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) with status 1.
         if exc.code == 1:
@@ -157,6 +183,45 @@ def main() -> None:
         raise
     end_jobs()  # no more jobs: the other ranks return (no-op in one process)
     shutdown()
+
+
+def run_hydra(app: Callable[[], None]) -> None:
+    """Run the Hydra app with its errors raised, not printed, and print each as one line.
+
+    Hydra prints a config error as several lines (and a job's exception as "Error executing
+    job" with a traceback); with HYDRA_FULL_ERROR=1 it raises them instead, so that the bad
+    key can be named in one line here. A user who set HYDRA_FULL_ERROR=1 gets tracebacks.
+    """
+    wants_tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        app()
+    except BeyondfitError as exc:  # e.g. the run directory is held by another run
+        fail(str(exc))
+    except Exception as exc:
+        if wants_tracebacks:
+            raise
+        os_error = _os_error_in(exc)
+        if os_error is not None:  # Hydra could not create the run dir, its log or .hydra/
+            fail(os_error_line(os_error))
+        line = config_error_line(exc)
+        if line is None:
+            raise
+        fail(line)
+    finally:
+        if not wants_tracebacks:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if isinstance(seen, OSError):
+            return seen
+        if seen is None:
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 if __name__ == "__main__":
