@@ -135,16 +135,19 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     return history
 
 
+# Settings a checkpoint cannot continue under: another task, another optimizer algorithm.
+_RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint", "progress", "plots", "logger")
 
 
 def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     """Load ``cfg.resume`` (a file or a run directory) into ``engine``, warning on changes."""
-    path, state = resume(engine, str(cfg.resume))
+    current = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(current, Mapping)
+    path, state = resume(engine, str(cfg.resume), config=current, must_match=_RESUME_SAME)
     saved = state.get("config")
     if isinstance(saved, Mapping):
-        current = OmegaConf.to_container(cfg, resolve=True)
         changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
         if changes:
             more = f"; and {len(changes) - 8} more" if len(changes) > 8 else ""
