@@ -2,21 +2,49 @@
 
 Write a loss closure ``loss_fn(model, batch)``; :class:`Engine` does the rest, the same way
 for supervised, self-supervised and reinforcement learning.
+
+The names below load on first use (PEP 562): ``import beyondfit`` itself imports nothing
+heavy, so the command line can answer Ctrl-C with one line even while torch is loading.
 """
 
-from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
-from beyondfit.core import (
-    BeyondfitError,
-    Callback,
-    Engine,
-    StopRule,
-    move_to_device,
-    resolve_device,
-    seed_everything,
-)
-from beyondfit.data import TensorBatches
-from beyondfit.observers import ConsoleLogger, CsvFile, MetricsFile
-from beyondfit.tasks import Task
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Each public name and the module that defines it.
+_EXPORTS = {
+    "BeyondfitError": "beyondfit.core",
+    "Callback": "beyondfit.core",
+    "Engine": "beyondfit.core",
+    "StopRule": "beyondfit.core",
+    "move_to_device": "beyondfit.core",
+    "resolve_device": "beyondfit.core",
+    "seed_everything": "beyondfit.core",
+    "Checkpointer": "beyondfit.checkpoint",
+    "GracefulInterrupt": "beyondfit.checkpoint",
+    "resume": "beyondfit.checkpoint",
+    "TensorBatches": "beyondfit.data",
+    "ConsoleLogger": "beyondfit.observers",
+    "CsvFile": "beyondfit.observers",
+    "MetricsFile": "beyondfit.observers",
+    "Task": "beyondfit.tasks",
+}
+
+if TYPE_CHECKING:
+    from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
+    from beyondfit.core import (
+        BeyondfitError,
+        Callback,
+        Engine,
+        StopRule,
+        move_to_device,
+        resolve_device,
+        seed_everything,
+    )
+    from beyondfit.data import TensorBatches
+    from beyondfit.observers import ConsoleLogger, CsvFile, MetricsFile
+    from beyondfit.tasks import Task
 
 __all__ = [
     "BeyondfitError",
@@ -36,3 +64,17 @@ __all__ = [
     "seed_everything",
 ]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first use."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'beyondfit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import logging
 import os
@@ -15,7 +14,7 @@ from typing import Any
 
 import torch
 
-from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError, with_path
 
 log = logging.getLogger("beyondfit")
 
@@ -76,7 +75,7 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
-        raise _with_path(exc, path) from exc
+        raise with_path(exc, path) from exc
     try:
         with os.fdopen(fd, "wb") as f:
             writer = _HashingWriter(f)
@@ -88,17 +87,10 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise _with_path(exc, path) from exc
+            raise with_path(exc, path) from exc
         raise
     _fsync_dir(path.parent)
     return path
-
-
-def _with_path(exc: OSError, path: Path) -> OSError:
-    # ENOSPC from a write carries no file name: give it the checkpoint's.
-    if exc.filename is not None and exc.errno is not None:
-        return exc
-    return OSError(exc.errno or errno.EIO, exc.strerror or str(exc) or "write failed", str(path))
 
 
 def _fsync_dir(directory: Path) -> None:
