@@ -10,7 +10,30 @@ heavy, so the command line can answer Ctrl-C with one line even while torch is l
 from __future__ import annotations
 
 import importlib
+import itertools
+import os
+import signal
+import sys
 from typing import TYPE_CHECKING, Any
+
+
+def _starting_the_command_line() -> bool:
+    # `python -m beyondfit ...` (Python's own argv) or the `beyondfit` console script.
+    argv = getattr(sys, "orig_argv", [])
+    as_module = any(a == "-m" and b == "beyondfit" for a, b in itertools.pairwise(argv))
+    return as_module or os.path.basename(sys.argv[0] if sys.argv else "") == "beyondfit"
+
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    """SIGINT before the command line is loaded: one line, status 130, at once."""
+    os.write(2, b"\nbeyondfit: interrupted (SIGINT)\n")
+    os._exit(130)  # nothing has started: nothing to clean up
+
+
+if _starting_the_command_line():
+    # From here to the command line's own handling, Python (runpy) and the imports run;
+    # a KeyboardInterrupt there would be a traceback. beyondfit.__main__ takes over.
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 # Each public name and the module that defines it.
 _EXPORTS = {

@@ -94,9 +94,9 @@ def resume(
                 raise
             log.warning("%s; falling back to %s", exc, candidates[index + 1].name)
             continue
-        check_state_fits(state, engine.model, getattr(engine, "optimizer", None), source)
-        if config is not None:
+        if config is not None:  # first: "another task" says more than the keys that differ
             _check_same(state.get("config"), config, must_match, source)
+        check_state_fits(state, engine.model, getattr(engine, "optimizer", None), source)
         engine.load_state_dict(state, source=source)
         return candidate, state
     raise AssertionError("unreachable: candidates is never empty")

@@ -21,7 +21,7 @@ from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
 from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
 from beyondfit.cli.run import CONF_DIR, available, no_task_message, run
-from beyondfit.cli.rundir import os_error_line
+from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.distributed import init_process_group, launch_env, shutdown
@@ -196,8 +196,9 @@ def run_hydra(app: Callable[[], None]) -> None:
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         app()
-    except BeyondfitError as exc:  # e.g. the run directory is held by another run
-        fail(str(exc))
+    except RunDirRefused as exc:  # held by another run, or not writable
+        error = exc.error
+        fail(os_error_line(error) if isinstance(error, OSError) else str(error))
     except Exception as exc:
         if wants_tracebacks:
             raise

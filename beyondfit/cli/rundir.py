@@ -123,12 +123,25 @@ except ImportError:  # pragma: no cover - Hydra is a dependency
     _HydraCallback = object  # type: ignore[assignment,misc]
 
 
+class RunDirRefused(BaseException):
+    """The run directory cannot be used: stops Hydra before it writes anything there.
+
+    A BaseException because Hydra turns an Exception from a callback into a warning and
+    carries on; the command line prints ``error`` as one line (exit status 2).
+    """
+
+    def __init__(self, error: BeyondfitError | OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class ClaimRunDir(_HydraCallback):  # type: ignore[misc,valid-type]
     """Hydra callback (``hydra.callbacks`` in ``conf/config.yaml``): lock the run directory
     before Hydra writes its ``.hydra/`` record and log file into it.
 
     The directory name is resolved here, once, and pinned into the config, so Hydra uses
     exactly the directory that was locked (``${now:...}`` would otherwise be read again).
+    A refusal raises :class:`RunDirRefused`.
     """
 
     def on_run_start(self, config: Any, **kwargs: Any) -> None:
@@ -140,7 +153,10 @@ class ClaimRunDir(_HydraCallback):  # type: ignore[misc,valid-type]
         run_dir = Path(str(OmegaConf.select(config, "hydra.run.dir"))).absolute()
         with read_write(config.hydra.run):
             config.hydra.run.dir = str(run_dir)
-        claim_run_dir(run_dir, resuming=_resuming(config))
+        try:
+            claim_run_dir(run_dir, resuming=_resuming(config))
+        except (BeyondfitError, OSError) as exc:
+            raise RunDirRefused(exc) from None
 
     def on_run_end(self, config: Any, **kwargs: Any) -> None:
         """Release the lock once the run is over."""
