@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import subprocess
 import time
 from pathlib import Path
 
@@ -141,6 +142,15 @@ def test_checkpoints_still_load_with_torch_load(run_dir: Path) -> None:
     state = torch.load(path, weights_only=True)
     assert state["counters"]["global_step"] == 10
     assert path.read_bytes()[-TRAILER_SIZE:].startswith(b"\nbeyondfit-checkpoint v1 sha256=")
+
+
+def test_the_readme_command_checks_the_digest_by_hand(run_dir: Path) -> None:
+    """README: `head -c -97 FILE | sha256sum` prints the digest the file's last line holds."""
+    path = run_dir / "checkpoints" / "step-00000010.pt"
+    done = subprocess.run(["bash", "-c", f"head -c -97 {path} | sha256sum"],
+                          capture_output=True, text=True, check=True)
+    assert TRAILER_SIZE == 97
+    assert path.read_bytes()[-65:-1].decode() == done.stdout.split()[0]
 
 
 def test_a_checkpoint_without_checksum_loads_with_a_warning(

@@ -3,6 +3,7 @@ what it takes, exit status 2, no traceback (through the real command line)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,14 +96,20 @@ def test_stop_rule_messages_suggest_the_form_that_works_in_a_shell() -> None:
     assert "'train.stop=\"val_loss<=0.1\"'" in str(info.value)
 
 
-def test_the_suggested_form_works_in_a_shell_as_typed(tmp_path: Path) -> None:
-    """The README's and the error's form, typed into bash: it parses and the rule stops the run."""
-    command = (
-        f"{sys.executable} -m beyondfit +task=regression train.epochs=50 plots=false "
-        f"progress.bar=false 'train.stop=\"val_loss<=100\"' hydra.run.dir={tmp_path}/run"
-    )
-    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=600)
+def test_the_readme_form_works_in_a_shell_as_typed(tmp_path: Path) -> None:
+    """The README's stop rule, typed into bash exactly as written there: Hydra parses it, the
+    run keeps it, and the same form with a reachable bound stops the run."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    typed = re.search(r"`('train\.stop=\"[^`]+\"')`", readme)
+    assert typed, "the README no longer shows the quoted stop rule"
+    form = typed.group(1)
+    assert form == "'train.stop=\"val_loss<=0.3\"'"
+    python = f"{sys.executable} -m beyondfit +task=regression plots=false progress.bar=false"
+    command = (f"{python} train.epochs=2 {form} hydra.run.dir={tmp_path}/a && "
+               f"{python} train.epochs=50 {form.replace('0.3', '100')} hydra.run.dir={tmp_path}/b")
+    done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
+    assert "stop: val_loss<=0.3" in (tmp_path / "a" / ".hydra" / "config.yaml").read_text()
     assert "stopped early: val_loss<=100" in done.stdout
 
 
