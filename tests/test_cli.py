@@ -16,13 +16,9 @@ from beyondfit import BeyondfitError
 from beyondfit.cli.app import check_choices
 from beyondfit.cli.run import CONF_DIR, available, no_task_message, output_callbacks
 
+from kit import cli
+
 HEAVY = ("gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics")
-
-
-def cli(*args: str, cwd: Path | None = None, exe: tuple[str, ...] | None = None):
-    """Run the command line as a user would (``python -m beyondfit`` unless ``exe`` says)."""
-    command = [*(exe or (sys.executable, "-m", "beyondfit")), *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def test_help_lists_tasks_option_groups_and_usage() -> None:

@@ -193,7 +193,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     group (``logger=[csv,tensorboard]`` or ``+logger=tensorboard``), each a sub-section.
     ``plots``: ``curves.png`` at the end (``auto``: when matplotlib is installed).
     """
-    from beyondfit.observers.console import progress_callback
+    from beyondfit.core.console import progress_callback
     from beyondfit.observers.plots import CurvesPlot, has_matplotlib
 
     train = cfg.train

@@ -337,3 +337,27 @@ def _is_console(handler: logging.Handler) -> bool:
         sys.stdout,
         sys.stderr,
     )
+
+
+@contextlib.contextmanager
+def visible_logs() -> Any:
+    """Show the ``beyondfit`` logger's INFO lines on stdout while inside, if nothing else does.
+
+    In a script where logging was never configured, INFO records go nowhere; ``fit``'s
+    default progress (Keras' ``verbose=1``) must still be seen. A configured logging setup
+    (Hydra's, the user's) is left untouched.
+    """
+    logger = logging.getLogger("beyondfit")
+    if logger.hasHandlers():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
