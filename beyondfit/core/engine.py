@@ -133,8 +133,8 @@ class Engine(TrainingStep, Checkpointable):
         self.device = self.strategy.setup_device(device)
         self.model = model.to(self.device)
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        for update in updates:
-            update.bind(trainable)
+        for update in updates:  # a factory without params trains the model, if it is alone
+            update.bind(trainable if len(updates) == 1 else None)
         check_disjoint(updates)
         self.updates: list[Update] = updates
         self._single = len(updates) == 1

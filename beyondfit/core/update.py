@@ -100,7 +100,7 @@ class Update:
         self.window_applied = 0  # micro-batches whose gradients were kept
         self.window_synced = False  # did a backward of this window all-reduce gradients?
 
-    def bind(self, default_params: list[nn.Parameter]) -> None:
+    def bind(self, default_params: list[nn.Parameter] | None) -> None:
         """Build the optimizer and scheduler; ``default_params`` (the model's trainable
         parameters) serve a one-optimizer engine whose factory was given no ``params``."""
         params = self._params_arg
@@ -111,6 +111,9 @@ class Update:
             found = [p for g in self.optimizer.param_groups for p in g["params"]]
             self.params = [p for p in found if p.requires_grad]
         elif callable(self._optimizer_arg):  # Hydra's _partial_ is no functools.partial
+            if params is None and default_params is None:
+                raise BeyondfitError(self._where("builds its optimizer from a factory but has no "
+                                                 "params"))
             chosen = default_params if params is None else list(params)
             self.params = [p for p in chosen if p.requires_grad]
             if not self.params:
