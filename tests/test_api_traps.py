@@ -68,7 +68,7 @@ def test_reduce_lr_on_plateau_steps_on_the_validation_value() -> None:
     # The lr each epoch trained with: the first evaluation sets the best, each later one halves.
     assert [row["lr"] for row in history] == [1.0, 1.0, 0.5, 0.25]
     assert plateau.get_last_lr() == [0.125]
-    with pytest.raises(BeyondfitError, match="ReduceLROnPlateau scheduler steps on a validation value"):
+    with pytest.raises(BeyondfitError, match="ReduceLROnPlateau scheduler steps on a validation"):
         engine.fit(batches(), epochs=1, verbose=False)
 
 

@@ -30,8 +30,17 @@ _BAR_CHOICES = ("auto", "true", "false")
 
 
 def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
-    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits)."""
-    return " - ".join(f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip)
+    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits).
+
+    Learning rates (``lr``, ``NAME/lr``) stay in the history and metrics files, off the line.
+    """
+    return " - ".join(
+        f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip and not _is_lr(k)
+    )
+
+
+def _is_lr(name: str) -> bool:
+    return name == "lr" or name.endswith("/lr")
 
 
 class ConsoleLogger(Callback):
@@ -289,7 +298,8 @@ def _key_metrics(values: Mapping[str, float], limit: int = 4) -> list[str]:
     """
 
     def shown(name: str) -> bool:
-        return name not in ("epoch", "step", "env_steps") and not name.endswith("_length")
+        return (name not in ("epoch", "step", "env_steps") and not name.endswith("_length")
+                and not _is_lr(name))
 
     names = [n for n in _FIRST if n in values]
     names += [n for n in values if n.startswith("val_") and n not in names and shown(n)]

@@ -83,22 +83,29 @@ class TrainingStep:
             with self.precision.autocast():
                 out = self._call_closure(update, batch)
             loss, logs = unpack_output(out, training=True)
-            # .item() is the one per-micro-batch sync (cheapest scalar check there is);
-            # "ignore" skips it. Under DDP the ranks agree, so all of them skip or none does.
-            if self.on_nonfinite != "ignore" and not self.strategy.all_finite(loss):
-                if boundary and self._single:  # DDP armed an all-reduce in this forward
+            # The last micro-batch of a window has its loss checked together with the
+            # gradients, after the backward: one host sync per step. Earlier ones (and fp16,
+            # whose scaler owns the gradient check) are checked here, before their backward.
+            # Under DDP the ranks agree, so all of them skip or none does.
+            checks = self.on_nonfinite != "ignore"
+            defer = checks and boundary and self.precision.scaler is None
+            if checks and not defer and not self.strategy.all_finite(loss):
+                if boundary and single:  # DDP armed an all-reduce in this forward
                     self.strategy.skipped_boundary(update.params)
                     update.window_synced = True
                 self._nonfinite(update, logs, "micro-batch", _bad_terms(logs))
                 return
-            self._consecutive_skips = 0
             update.window_applied += 1
+            if defer:
+                update.pending = (loss, logs)
             if self.accumulate > 1:
                 loss = loss / self.accumulate
             # Several optimizers: each loss reaches its own parameters only (no leak).
-            self.precision.backward(loss, None if self._single else update.params)
-            update.window_synced = update.window_synced or (boundary and self._single)
-            self.train_metrics.update(_prefixed(logs, update.prefix))
+            self.precision.backward(loss, None if single else update.params)
+            update.window_synced = update.window_synced or (boundary and single)
+            if not defer:
+                self._consecutive_skips = 0
+                self.train_metrics.update(_prefixed(logs, update.prefix))
 
     def _call_closure(self: Any, update: Update, batch: Any) -> Any:
         if not self._compile_pending:
@@ -136,16 +143,26 @@ class TrainingStep:
             grads = [p.grad for p in update.params if p.grad is not None]
             torch._foreach_mul_(grads, self.accumulate / applied)
         norm = update.clip()
+        pending, update.pending = update.pending, None
+        # A finite loss can have non-finite gradients (sqrt or log at 0): never apply them.
+        # One sync checks the gradients (their norm, which clipping computes anyway) and the
+        # window's last loss together. Under fp16 the GradScaler skips such steps itself.
+        if self.on_nonfinite != "ignore" and self.precision.scaler is None:
+            value = norm if norm is not None else update.grad_norm()
+            if pending is not None:  # (autograd records the add: cheaper than a detach)
+                value = value + pending[0]
+            if not self.strategy.all_finite(value):
+                update.optimizer.zero_grad(set_to_none=True)
+                if pending is not None and not bool(torch.isfinite(pending[0].detach())):
+                    self._nonfinite(update, pending[1], "step", _bad_terms(pending[1]))
+                else:
+                    self._nonfinite(update, {}, "optimizer step", ["gradients"])
+                return
+        if pending is not None:
+            self._consecutive_skips = 0
+            self.train_metrics.update(_prefixed(pending[1], update.prefix))
         if norm is not None:
             self.train_metrics.update({update.prefix + "grad_norm": norm})
-        # A finite loss can have non-finite gradients (sqrt or log at 0): never apply them.
-        # Under fp16 the GradScaler already skips such steps (counted as overflow_steps).
-        if self.on_nonfinite != "ignore" and self.precision.scaler is None:
-            finite = self.strategy.all_finite(norm if norm is not None else update.grad_norm())
-            if not finite:
-                update.optimizer.zero_grad(set_to_none=True)
-                self._nonfinite(update, {}, "optimizer step", ["gradients"])
-                return
         self.precision.step(update.optimizer)  # fp16: skips the update on overflow
         if update.scheduler is not None and not update.plateau:
             self.precision.step_scheduler(update.scheduler, update.steps == 0)

@@ -99,6 +99,8 @@ class Update:
         # The current accumulation window (never saved: checkpoints fall between windows).
         self.window_applied = 0  # micro-batches whose gradients were kept
         self.window_synced = False  # did a backward of this window all-reduce gradients?
+        # The window's last loss and logs, checked with the gradients before the step.
+        self.pending: tuple[torch.Tensor, Any] | None = None
 
     def bind(self, default_params: list[nn.Parameter] | None) -> None:
         """Build the optimizer and scheduler; ``default_params`` (the model's trainable

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -37,10 +38,12 @@ class GreedyEvaluator:
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._to_env = action_converter(self.envs.single_action_space)
         self._seeded = False
+        self.seconds = 0.0  # time spent evaluating, so benchmarks can leave it out
         self.history: list[dict[str, float]] = []
 
     def __call__(self, model: ActorCritic) -> dict[str, float]:
         """Run one greedy episode per env copy; return mean return and length."""
+        start = time.perf_counter()
         device = next(model.parameters()).device
         obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
         self._seeded = True
@@ -56,6 +59,7 @@ class GreedyEvaluator:
                 returns += reward * running
                 lengths += running
                 running &= ~(term | trunc)
+        self.seconds += time.perf_counter() - start
         result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
         entry = dict(result)
         if self.progress is not None:
