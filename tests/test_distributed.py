@@ -235,13 +235,14 @@ def _check_accumulation(rank: int, world: int) -> None:
     engine.fit(_PerRank(_batches(rank, 7)), epochs=1)
     assert engine.global_step == 3 and len(calls) == 2
 
-    # The same updates by hand: mean over ranks of each window's summed (loss / 3) gradients.
+    # The same updates by hand: mean over ranks of each window's mean gradient (the short last
+    # window averages its one micro-batch, not a third of it).
     data = [_batches(r, 7) for r in range(world)]
     for window in ([0, 1, 2], [3, 4, 5], [6]):
         reference.zero_grad()
         for r in range(world):
             for b in window:
-                (mse(reference, data[r][b]) / 3 / world).backward()
+                (mse(reference, data[r][b]) / len(window) / world).backward()
         with torch.no_grad():
             for p in reference.parameters():
                 p -= 0.1 * p.grad
@@ -414,12 +415,46 @@ def _check_episode_stats_seen_on_one_rank(rank: int, world: int) -> None:
     assert len({json.dumps(r, sort_keys=True) for r in _gather(row)}) == 1
 
 
+def _check_several_optimizers(rank: int, world: int) -> None:
+    """Two optimizers under DDP: each all-reduces its own gradients at its own step, so the
+    ranks stay equal and the run equals one process on the union of the ranks' batches."""
+    from beyondfit import Update
+
+    def first(m, batch):
+        x, y = batch
+        return ((m[0](x) - y) ** 2).mean()
+
+    def second(m, batch):
+        x, y = batch
+        return ((m[1](m[0](x).detach()) - y) ** 2).mean()
+
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 1), nn.Linear(1, 1))
+        return model, [Update("a", first, torch.optim.SGD(model[0].parameters(), lr=0.05)),
+                       Update("b", second, torch.optim.SGD(model[1].parameters(), lr=0.05),
+                              every=2)]
+
+    model, updates = build()
+    engine = Engine(model, updates, device="cpu", strategy="ddp")
+    engine.fit(_PerRank(_batches(rank, 6)), epochs=1, verbose=False)
+    params = _gather(_params(model))
+    torch.testing.assert_close(params[0], params[1])
+
+    ref_model, ref_updates = build()  # one process, each batch the union of the ranks'
+    union = [tuple(torch.cat(parts) for parts in zip(*(_batches(r, 6)[b] for r in range(world))))
+             for b in range(6)]
+    Engine(ref_model, ref_updates, device="cpu", strategy=Strategy()).fit(union, verbose=False)
+    torch.testing.assert_close(_params(model), _params(ref_model))
+
+
 def _worker(rank: int, world: int, store: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
     try:
         _check_accumulation(rank, world)
+        _check_several_optimizers(rank, world)
         _check_metrics_and_evaluation(rank, world)
         _check_skips_and_stops_agree(rank, world)
         _check_methods_and_submodules_are_synchronised(rank, world)
