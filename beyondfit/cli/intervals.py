@@ -10,13 +10,14 @@ runs of each task with replacement (tasks are the strata), recompute the IQM, an
 This is the computation of their ``rliable`` package (``metrics.aggregate_iqm`` is
 ``scipy.stats.trim_mean(scores, 0.25, axis=None)``; ``library.get_interval_estimates``
 draws 50,000 stratified resamples and takes percentile intervals), written here with numpy
-instead of depending on it: rliable 1.2 pulls in ``arch`` (with statsmodels), ``seaborn``,
-``pandas`` and ``absl-py`` for these few lines, and its ``StratifiedBootstrap`` draws its
-indices from numpy's global random state, ignoring the ``random_state`` it is given, so
-its intervals change from call to call. Here the draws come from a seeded generator and
-the same scores always give the same interval. With one task and at most 6 runs (6^6 =
-46,656 resamples, fewer than the 50,000 draws) every resample is enumerated instead, which
-is the exact bootstrap distribution that the random draws approximate.
+instead of depending on it. rliable 1.2 does install beside numpy 2 and scipy 1.17, but it
+brings ``arch``, ``statsmodels``, ``pandas``, ``seaborn``, ``patsy`` and ``formulaic`` for
+these few lines; and its ``StratifiedBootstrap`` draws its indices from numpy's global
+random state, ignoring the ``random_state`` it is given, so its intervals change from call
+to call. Here the draws come from a seeded generator: the same scores always give the same
+interval. With one task and at most 6 runs (6^6 = 46,656 resamples, fewer than the 50,000
+draws) every resample is enumerated instead: the exact bootstrap distribution that the
+random draws approximate.
 """
 
 from __future__ import annotations

@@ -131,7 +131,7 @@ class ExperimentTracker(Callback):
         resumed = self.run_id is not None
         self.run_id = self.start_run(self.run_id)
         self.active = True
-        log.info("%s: %s run %s", self.kind, "continuing" if resumed else "tracking", self.run_id)
+        log.info("%s run %s%s", self.kind, self.run_id, " (continued)" if resumed else "")
         if self.config:
             self.log_params(flat_params(self.config), resumed)
 
