@@ -364,3 +364,77 @@ def test_shipped_loggers_name_their_callbacks() -> None:
     for name in ("csv", "tensorboard", "mlflow", "wandb"):
         section = OmegaConf.load(CONF_DIR / "logger" / f"{name}.yaml")[name]
         assert "_target_" in section, name
+
+
+def test_artifact_patterns_from_the_command_line_as_the_readme_quotes_them(tmp_path) -> None:
+    pytest.importorskip("mlflow")
+    override = 'logger.mlflow.artifacts=["*.png","checkpoints/best.pt"]'
+    cfg = compose_loggers("logger=[mlflow]", override)
+    (tracker,) = build_loggers(cfg, tmp_path)
+    assert tracker.artifacts == ["*.png", "checkpoints/best.pt"]
+    (tmp_path / "checkpoints").mkdir()
+    for name in ("curves.png", "checkpoints/best.pt", "checkpoints/step-1.pt", "notes.txt"):
+        (tmp_path / name).write_text("x")
+    assert tracker.artifact_files() == [tmp_path / "curves.png", tmp_path / "checkpoints/best.pt"]
+
+
+def memory_tracker(run_dir: Path, fail_files: bool = False):
+    """A tracker of one's own on the shared base, keeping what it was told in memory."""
+    from beyondfit.observers.tracking import ExperimentTracker
+
+    class Memory(ExperimentTracker):
+        kind = "memory"
+
+        def __init__(self) -> None:
+            super().__init__(run_dir, config={"opt": {"lr": 0.1}, "resume": "x"})
+            self.calls: list = []
+
+        def start_run(self, run_id):
+            self.calls.append(("start", run_id))
+            return run_id or "run-1"
+
+        def log_params(self, params, resumed):
+            self.calls.append(("params", dict(params), resumed))
+
+        def log_metrics(self, values, step):
+            self.calls.append(("metrics", step, sorted(values)))
+
+        def log_files(self, files):
+            if fail_files:
+                raise ConnectionError("server went away\nmore detail")
+            self.calls.append(("files", [f.name for f in files]))
+
+        def end_run(self, status):
+            self.calls.append(("end", status))
+
+    return Memory()
+
+
+def test_tracker_base_logs_each_row_once_and_a_lost_server_is_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "curves.png").write_bytes(b"png")
+    tracker = memory_tracker(tmp_path)
+    make_engine([tracker]).fit(batches(), epochs=2, val_data=val_batches())
+    calls = tracker.calls
+    assert calls[0] == ("start", None)
+    assert calls[1] == ("params", {"opt.lr": 0.1}, False)  # resume is no parameter
+    # log_every=2 over 3 steps an epoch: rows at 2 and 4; epoch ends at 3 and 6 (6 also a
+    # log step: its epoch means are not sent twice); an evaluation at each epoch end.
+    metrics = [(c[1], c[2]) for c in calls if c[0] == "metrics"]
+    assert metrics == [
+        (2, ["loss", "lr"]), (3, ["val_loss"]), (3, ["loss", "lr"]),
+        (4, ["loss", "lr"]), (6, ["loss", "lr"]), (6, ["val_loss"]),
+    ]  # fmt: skip
+    assert calls[-2:] == [("files", ["curves.png"]), ("end", "finished")]
+
+    failing = memory_tracker(tmp_path, fail_files=True)
+    with caplog.at_level("WARNING", logger="beyondfit"):
+        make_engine([failing]).fit(batches(), epochs=1)
+    assert failing.calls[-1] == ("end", "finished")  # ended all the same
+    assert "memory: the run's files were not sent: server went away" in caplog.text
+
+
+def val_batches() -> list:
+    x = torch.linspace(-1, 1, 8).reshape(4, 2)
+    return [(x, x[:, :1] * 2)]

@@ -242,7 +242,9 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
 
     loggers = cfg.get("logger") or {}
     shipped = available_loggers()
-    unknown = sorted(k for k, v in loggers.items() if "_target_" not in (v or {}))
+    unknown = sorted(
+        k for k, v in loggers.items() if not isinstance(v, DictConfig) or "_target_" not in v
+    )
     if unknown:
         raise BeyondfitError(
             f"unknown logger(s) {unknown}; available: {', '.join(shipped)} (pick several "
@@ -264,7 +266,10 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         try:
             inspect.signature(factory).bind(**options, run_dir=run_dir, config=config)
         except TypeError as exc:
-            raise BeyondfitError(f"logger.{name} options do not fit {target}: {exc}") from None
+            raise BeyondfitError(
+                f"logger.{name} options do not fit {target}: {exc} (a logger's _target_ is "
+                "called with its options plus run_dir and config)"
+            ) from None
         except ValueError:  # no signature to check (a builtin): let the call tell
             pass
         callback = factory(**options, run_dir=run_dir, config=config)

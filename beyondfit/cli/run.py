@@ -120,10 +120,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     except BaseException as exc:
         # The tracked run ends too: killed (resume=RUN_DIR continues it) or failed.
         status = "killed" if isinstance(exc, (TrainingInterrupted, KeyboardInterrupt)) else "failed"
-        try:
-            end_trackers(callbacks, status)
-        except Exception as tracker_error:  # the training error is the one to report
-            log.warning("a tracker did not end cleanly: %s", tracker_error)
+        end_trackers(callbacks, status)
         raise
     # After the task's finish: the trackers send the files it wrote (policy.pt) too.
     end_trackers(callbacks, "finished")

@@ -176,7 +176,9 @@ class ExperimentTracker(Callback):
         """Send the artifacts that exist and end the tracked run (safe to call twice).
 
         ``status``: ``finished``; ``failed`` (an error stopped training); ``killed`` (an
-        interruption: ``resume=RUN_DIR`` continues the same tracked run).
+        interruption: ``resume=RUN_DIR`` continues the same tracked run). Training is over
+        by now and its files are on disk: a tracker that cannot send them (a server gone
+        away) is reported as a warning, not as a failed run.
         """
         if not self.active:
             return
@@ -185,8 +187,12 @@ class ExperimentTracker(Callback):
             files = self.artifact_files()
             if files:
                 self.log_files(files)
-        finally:
+        except Exception as exc:
+            log.warning("%s: the run's files were not sent: %s", self.kind, _first_line(exc))
+        try:
             self.end_run(status)
+        except Exception as exc:
+            log.warning("%s: the run was not ended: %s", self.kind, _first_line(exc))
 
     def artifact_files(self) -> list[Path]:
         """The files of ``run_dir`` that match ``artifacts``, each once, in pattern order."""
@@ -215,13 +221,11 @@ def param_text(value: Any, limit: int) -> str:
 
 
 def end_trackers(callbacks: Sequence[Callback], status: str) -> None:
-    """End every tracker in ``callbacks`` that is still open, each whatever the others do."""
-    errors: list[BaseException] = []
+    """End every tracker in ``callbacks`` that is still open."""
     for callback in callbacks:
         if isinstance(callback, ExperimentTracker):
-            try:
-                callback.end(status)
-            except Exception as exc:  # one tracker's failure must not lose the others' runs
-                errors.append(exc)
-    if errors:
-        raise errors[0]
+            callback.end(status)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
