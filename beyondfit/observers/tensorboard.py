@@ -43,8 +43,9 @@ class TensorBoardLogger(Callback):
 
     Tags are the names of ``metrics.jsonl`` and the history (``loss``, ``val_loss``,
     ``episode_return``, ``val_return``, ...), at the optimizer step; ``lr`` (``NAME/lr`` with
-    several optimizers) is the first parameter group's learning rate. Training values come from each ``on_log`` and from the
-    epoch end (running means of the epoch so far), validation values from each evaluation.
+    several optimizers) is the first parameter group's learning rate. Training values come
+    from each ``on_log`` and from the epoch end (running means of the epoch so far),
+    validation values from each evaluation.
     At the end the hyperparameters go to TensorBoard's HParams tab, scored by the final
     ``val_`` values. A resumed run purges the events logged after its checkpoint's step.
 
