@@ -71,7 +71,8 @@ def run_beyondfit(seed: int, task: str = "cartpole", overrides: tuple[str, ...] 
     engine = Engine(built.model, built.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
                     callbacks=stop, **engine_options)
     start = time.perf_counter()
-    engine.fit(built.train_data, epochs=1, val_data=built.val_data, eval_every=built.eval_every)
+    engine.fit(built.train_data, epochs=1, val_data=built.val_data, eval_every=built.eval_every,
+               verbose=False)
     seconds = time.perf_counter() - start - built.val_data.seconds
     collector, final = built.train_data, engine.last_val.get("val_return", float("nan"))
     target = cfg.task.get("target_return")

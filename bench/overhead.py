@@ -336,7 +336,7 @@ def _engine(p: Problem, timer: Timer, data: Any, callbacks: Any = (), **options:
         callbacks=[*callbacks, Tick(timer)],
         **options,
     )
-    history = engine.fit(data, epochs=p.size.epochs)
+    history = engine.fit(data, epochs=p.size.epochs, verbose=False)
     return Result(timer.costs, _params(model), history)
 
 
@@ -355,7 +355,7 @@ def engine_batches_nosync(p: Problem, timer: Timer) -> Result:
 def progress_callbacks(epochs: int) -> tuple[str, list[Any]]:
     """beyondfit's progress bar (it prints the epoch lines too) where the package has one."""
     try:
-        from beyondfit.observers.console import progress_callback  # built alongside this benchmark
+        from beyondfit.core.console import progress_callback  # built alongside this benchmark
     except ImportError:
         return "per-epoch console lines", [ConsoleLogger(epochs=epochs)]
     return "progress bar + epoch lines", [progress_callback(epochs, bar=True)]

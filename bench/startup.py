@@ -99,7 +99,7 @@ def loss_fn(model, batch):
 
 engine = Engine(model, loss_fn, torch.optim.AdamW(model.parameters(), lr=1e-3),
                 device="cpu", callbacks=[Stamp()])
-engine.fit(TensorBatches(x, y, batch_size=32), max_steps=1)
+engine.fit(TensorBatches(x, y, batch_size=32), max_steps=1, verbose=False)
 """,
     "cli": """
 import sys

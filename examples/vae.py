@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
         TensorBatches(x[train_idx], batch_size=64, seed=args.seed),
         epochs=args.epochs,
         val_data=[x[val_idx]],
+        verbose=False,  # PrintEpoch prints the epoch lines
     )
     # Generation: decode draws from the prior; the mean pixel intensity should look like data.
     model.eval()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,12 +14,7 @@ from beyondfit import BeyondfitError, Engine
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.tasks.autoencoder import build, load_images, pca_reconstruction, save_grid
 
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m beyondfit`` as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "beyondfit", *args], capture_output=True, text=True, timeout=600
-    )
+from kit import cli
 
 
 def config(*overrides: str):

@@ -79,14 +79,16 @@ def test_overhead_lightning_rows_reproduce_the_raw_loop(overhead):
 
 
 def test_overhead_engine_adds_few_torch_ops_per_step(overhead):
-    """Counted, not timed: the engine's step is the raw step plus the loss check and grad_norm."""
+    """Counted, not timed: the engine's step is the raw step plus the non-finite check (of the
+    loss and the gradients together) and grad_norm."""
     base = overhead.SIZES["tiny"]
     small = overhead.Size(base.name, base.layers, base.batch, 20, 2, base.task, 1)
     problem = overhead.Problem.build(small)
     raw_ops, raw_py, _ = overhead.count_work(problem, overhead.raw_slicing)
     ops, py, _ = overhead.count_work(problem, overhead.engine_batches)
-    # .item() for the non-finite check, one add_ for grad_norm; bookkeeping per epoch besides.
-    assert ops - raw_ops <= 3, "the engine's hot path grew torch ops: run bench/overhead.py"
+    # loss + gradient norm and its .item() for the non-finite check, one add_ for grad_norm;
+    # bookkeeping per epoch besides.
+    assert ops - raw_ops <= 4, "the engine's hot path grew torch ops: run bench/overhead.py"
     assert py > raw_py
 
 

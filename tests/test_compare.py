@@ -143,3 +143,85 @@ def test_requested_metric_only(sweep: Path) -> None:
     assert "| setting | runs | loss |" in md.read_text()
     with pytest.raises(BeyondfitError, match="give at least one"):
         compare([])
+
+
+# ---------------------------------------------------------------------- IQM and its interval
+def hand_percentile(ordered: list[float], q: float) -> float:
+    """numpy's default (linear) percentile, written out."""
+    position = q / 100 * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def hand_iqm(values: tuple[float, ...] | list[float]) -> float:
+    ordered = sorted(values)
+    cut = len(ordered) // 4  # int(0.25 * n), as scipy.stats.trim_mean
+    middle = ordered[cut : len(ordered) - cut]
+    return sum(middle) / len(middle)
+
+
+def hand_interval(scores: list[float]) -> tuple[float, float]:
+    """The bootstrap percentile interval over every one of the n**n resamples."""
+    import itertools
+
+    iqms = sorted(hand_iqm(r) for r in itertools.product(scores, repeat=len(scores)))
+    return hand_percentile(iqms, 2.5), hand_percentile(iqms, 97.5)
+
+
+FIVE_SEEDS = [0.9, 0.5, 0.3, 0.7, 2.0]
+
+
+def test_iqm_and_its_interval_match_a_hand_computation() -> None:
+    from beyondfit.cli.intervals import iqm, iqm_interval
+
+    # Sorted 0.3 0.5 0.7 0.9 2.0: one value cut from each end, the middle three averaged.
+    assert iqm(FIVE_SEEDS) == pytest.approx((0.5 + 0.7 + 0.9) / 3)
+    center, low, high = iqm_interval(FIVE_SEEDS)
+    assert center == pytest.approx(0.7)
+    assert (low, high) == pytest.approx(hand_interval(FIVE_SEEDS), abs=1e-12)
+    assert low < center < high
+    assert iqm([4.0]) == 4.0 and iqm_interval([4.0]) == (4.0, 4.0, 4.0)
+    assert iqm([1.0, 2.0, 6.0]) == 3.0  # below 4 scores nothing is cut: the mean
+
+
+def test_sampled_interval_is_reproducible_and_close_to_the_exact_one() -> None:
+    import itertools
+
+    import numpy as np
+
+    from beyondfit.cli.intervals import iqm_interval
+
+    scores = [0.9, 0.5, 0.3, 0.7, 2.0, 1.1, 0.6]  # 7**7 resamples: drawn, not enumerated
+    sampled = iqm_interval(scores)
+    assert iqm_interval(scores) == sampled  # seeded: the same scores, the same interval
+    every = np.array(list(itertools.product(range(7), repeat=7)))
+    ordered = np.sort(np.asarray(scores)[every], axis=1)
+    exact = np.percentile(ordered[:, 1:6].mean(axis=1), [2.5, 97.5])
+    assert sampled[1:] == pytest.approx(tuple(exact), abs=0.02)
+
+
+def test_bootstrap_is_stratified_by_task() -> None:
+    from beyondfit.cli.intervals import iqm_interval
+
+    # Task 2 scores 10 on every run. Each resample keeps three of task 2's runs, so the pooled
+    # IQM stays between that of (1,1,1,10,10,10) and that of (3,3,3,10,10,10).
+    center, low, high = iqm_interval([[1.0, 10.0], [2.0, 10.0], [3.0, 10.0]], reps=2000)
+    assert center == pytest.approx((2 + 3 + 10 + 10) / 4)
+    assert 5.5 <= low <= center <= high <= 6.5
+
+
+def test_compare_of_a_five_seed_sweep_prints_iqm_and_its_95_interval(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sweep = tmp_path / "sweep"
+    for seed, score in enumerate(FIVE_SEEDS):
+        fake_run(sweep / str(seed), ["+task=regression", f"seed={seed}"], seed, [1.5, score])
+    main([str(sweep)])
+    out = capsys.readouterr().out
+    low, high = hand_interval(FIVE_SEEDS)
+    assert f"| `regression` | 5 | 0.7 [{low:.4g}, {high:.4g}] |" in out
+    assert "95% stratified bootstrap interval" in out
+    assert "| `regression` | 5 | 0.88 ± 0.66 |" in out  # the mean ± std table is still there
+    width, height = is_png(sweep / "compare_scores.png")
+    assert width >= 400 and height >= 200

@@ -16,24 +16,15 @@ from torch import nn
 from beyondfit import Engine, TensorBatches
 from beyondfit.distributed import DistributedModel, shutdown
 
-
-def _data() -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(128, 8, generator=g)
-    return x, x.sum(1, keepdim=True)
-
-
-def _mse(model, batch):
-    x, y = batch
-    return ((model(x) - y) ** 2).mean()
+from kit import mse, sum_data
 
 
 def _train(compile: bool, strategy: str = "none", epochs: int = 3) -> tuple[list[float], Engine]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
-    engine = Engine(model, _mse, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
+    engine = Engine(model, mse, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
                     compile=compile, strategy=strategy)
-    x, y = _data()
+    x, y = sum_data()
     history = engine.fit(TensorBatches(x, y, batch_size=32, seed=0), epochs=epochs,
                          val_data=[(x, y)])
     return [row["loss"] for row in history] + [history[-1]["val_loss"]], engine

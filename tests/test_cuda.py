@@ -10,31 +10,14 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Callback, Engine, TensorBatches, move_to_device, resolve_device
+from beyondfit import Engine, TensorBatches, move_to_device, resolve_device
 from beyondfit.distributed import DistributedModel, shutdown
+
+from kit import Recorder, mse, sum_data
 
 pytestmark = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs CUDA: run bench/gpu_check.sh on a GPU machine"
 )
-
-
-def _mse(model, batch):
-    x, y = batch
-    return ((model(x).float() - y) ** 2).mean()
-
-
-def _data(n: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(n, 8, generator=g)
-    return x, x.sum(1, keepdim=True)
-
-
-class _Rows(Callback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, engine, logs) -> None:
-        self.logs.append(dict(logs))
 
 
 def test_auto_picks_the_gpu_and_the_engine_keeps_everything_there() -> None:
@@ -44,12 +27,12 @@ def test_auto_picks_the_gpu_and_the_engine_keeps_everything_there() -> None:
     def loss_fn(model, batch):
         x, y = batch
         seen.append((x.device.type, y.device.type, next(model.parameters()).device.type))
-        return _mse(model, batch)
+        return mse(model, batch)
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
     engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="auto")
-    x, y = _data()
+    x, y = sum_data()
     history = engine.fit(TensorBatches(x, y, batch_size=32), epochs=2, val_data=[(x, y)])
     assert engine.device.type == "cuda" and engine._non_blocking
     assert set(seen) == {("cuda", "cuda", "cuda")}
@@ -87,7 +70,7 @@ def test_bf16_autocast_on_cuda_trains() -> None:
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
     engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="cuda",
                     precision="bf16")
-    x, y = _data()
+    x, y = sum_data()
     history = engine.fit(TensorBatches(x, y, batch_size=32), epochs=3, val_data=[(x, y)])
     assert set(dtypes) == {torch.bfloat16} and engine.precision.scaler is None
     assert history[-1]["val_loss"] < history[0]["val_loss"]
@@ -96,12 +79,12 @@ def test_bf16_autocast_on_cuda_trains() -> None:
 def test_fp16_grad_scaler_on_cuda_skips_and_counts_overflow() -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
-    engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), 0.01), device="cuda",
+    engine = Engine(model, mse, torch.optim.SGD(model.parameters(), 0.01), device="cuda",
                     precision="16")
     scaler = engine.precision.scaler
     assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cuda"
     engine.precision.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**40)
-    x, y = _data()
+    x, y = sum_data()
     data = TensorBatches(x, y, batch_size=32, shuffle=False)
     before = [p.detach().clone() for p in model.parameters()]
     engine.fit(data, epochs=1, max_steps=1)
@@ -119,12 +102,12 @@ def test_fp16_on_cuda_clips_the_unscaled_gradients() -> None:
         torch.manual_seed(0)
         model = nn.Linear(8, 1)
         before = torch.cat([p.detach().flatten() for p in model.parameters()])
-        rows = _Rows()
-        engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), 1.0), device="cuda",
+        rows = Recorder()
+        engine = Engine(model, mse, torch.optim.SGD(model.parameters(), 1.0), device="cuda",
                         precision=precision, clip_norm=clip, callbacks=[rows], log_every=1)
         if precision == "16":
             engine.precision.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**4)
-        x, y = _data(16)
+        x, y = sum_data(16)
         engine.fit([(x * 3, y + 5)], epochs=1)
         after = torch.cat([p.detach().flatten() for p in model.parameters()])
         assert (after - before).norm().item() == pytest.approx(clip, rel=1e-3)
@@ -134,12 +117,12 @@ def test_fp16_on_cuda_clips_the_unscaled_gradients() -> None:
 
 def test_ddp_over_nccl_with_one_process() -> None:
     try:
-        x, y = _data()
+        x, y = sum_data()
         results = []
         for strategy in ("none", "ddp"):
             torch.manual_seed(0)
             model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
-            engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), 0.05),
+            engine = Engine(model, mse, torch.optim.SGD(model.parameters(), 0.05),
                             device="cuda", strategy=strategy, accumulate=2)
             history = engine.fit(TensorBatches(x, y, batch_size=32), epochs=2,
                                  val_data=[(x, y)])

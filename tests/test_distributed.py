@@ -36,6 +36,8 @@ from beyondfit.distributed import (
     shutdown,
 )
 
+from kit import Recorder, mse
+
 WORLD = 2
 
 
@@ -154,18 +156,13 @@ def _regression_data(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     return x, x @ torch.tensor([[1.0], [-2.0], [0.5], [0.0]]) + 0.1
 
 
-def _mse(model, batch):
-    x, y = batch
-    return ((model(x) - y) ** 2).mean()
-
-
 def test_ddp_with_one_process_trains_exactly_like_no_strategy(single_process_group) -> None:
     x, y = _regression_data()
     finals = []
     for strategy in ("none", "ddp"):
         torch.manual_seed(0)
         model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
-        engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), lr=0.05),
+        engine = Engine(model, mse, torch.optim.SGD(model.parameters(), lr=0.05),
                         device="cpu", strategy=strategy, accumulate=2)
         history = engine.fit(TensorBatches(x, y, batch_size=8, seed=1), epochs=3,
                              val_data=[(x, y)])
@@ -208,14 +205,6 @@ def _batches(rank: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return out
 
 
-class _Recorder(Callback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, engine, logs) -> None:
-        self.logs.append(dict(logs))
-
-
 def _gather(value):
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, value)
@@ -233,7 +222,7 @@ def _check_accumulation(rank: int, world: int) -> None:
     model = nn.Linear(3, 1)
     reference = nn.Linear(3, 1)
     reference.load_state_dict(model.state_dict())
-    engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu",
+    engine = Engine(model, mse, torch.optim.SGD(model.parameters(), lr=0.1), device="cpu",
                     accumulate=3, log_every=1)
     calls = []
 
@@ -246,13 +235,14 @@ def _check_accumulation(rank: int, world: int) -> None:
     engine.fit(_PerRank(_batches(rank, 7)), epochs=1)
     assert engine.global_step == 3 and len(calls) == 2
 
-    # The same updates by hand: mean over ranks of each window's summed (loss / 3) gradients.
+    # The same updates by hand: mean over ranks of each window's mean gradient (the short last
+    # window averages its one micro-batch, not a third of it).
     data = [_batches(r, 7) for r in range(world)]
     for window in ([0, 1, 2], [3, 4, 5], [6]):
         reference.zero_grad()
         for r in range(world):
             for b in window:
-                (_mse(reference, data[r][b]) / 3 / world).backward()
+                (mse(reference, data[r][b]) / len(window) / world).backward()
         with torch.no_grad():
             for p in reference.parameters():
                 p -= 0.1 * p.grad
@@ -265,29 +255,29 @@ def _check_metrics_and_evaluation(rank: int, world: int) -> None:
     model = nn.Linear(3, 1)
 
     def loss_fn(m, batch):
-        loss = _mse(m, batch)
+        loss = mse(m, batch)
         out = {"loss": loss}
         if m.training and rank == 1:
             out["only_on_rank_1"] = torch.tensor(5.0)
         return out
 
-    recorder = _Recorder()
+    recorder = Recorder()
     engine = Engine(model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.0), device="cpu",
                     callbacks=[recorder], log_every=1)
     batches = _batches(rank, 2)
     engine.fit(_PerRank(batches), epochs=1)
-    local = [float(_mse(model, b)) for b in batches]  # lr=0: the model never changed
+    local = [float(mse(model, b)) for b in batches]  # lr=0: the model never changed
     every = [v for part in _gather(local) for v in part]
     assert recorder.logs[-1]["loss"] == pytest.approx(sum(every) / len(every), rel=1e-6)
     assert recorder.logs[-1]["only_on_rank_1"] == 5.0
     assert _gather(recorder.logs) == [recorder.logs] * world  # identical on every rank
 
     val = _batches(7, 3)  # the same 3 batches on every rank: rank 0 scores 2, rank 1 one
-    expected = sum(float(_mse(model, b)) for b in val) / 3
+    expected = sum(float(mse(model, b)) for b in val) / 3
     assert engine.evaluate(val)["val_loss"] == pytest.approx(expected, rel=1e-6)
     loader = DataLoader(TensorDataset(*(torch.cat(t) for t in zip(*val, strict=True))),
                         batch_size=4)
-    expected = sum(float(_mse(model, b)) for b in loader) / len(loader)
+    expected = sum(float(mse(model, b)) for b in loader) / len(loader)
     assert engine.evaluate(loader)["val_loss"] == pytest.approx(expected, rel=1e-6)
     # An evaluator (RL's greedy episodes) returns floats: averaged over ranks.
     assert engine.evaluate(lambda m: {"val_return": float(rank)}) == {"val_return": 0.5}
@@ -298,7 +288,7 @@ def _check_skips_and_stops_agree(rank: int, world: int) -> None:
     backward forever), also at the accumulation boundary; a stop on one rank stops all."""
 
     def loss_fn(m, batch):
-        loss = _mse(m, batch)
+        loss = mse(m, batch)
         step = int(batch[0][0, 0].item())
         return loss * float("nan") if rank == 1 and step in (1, 3) else loss
 
@@ -326,7 +316,7 @@ def _check_skips_and_stops_agree(rank: int, world: int) -> None:
 
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
-    engine = Engine(model, _mse, torch.optim.SGD(model.parameters(), lr=0.01), device="cpu",
+    engine = Engine(model, mse, torch.optim.SGD(model.parameters(), lr=0.01), device="cpu",
                     callbacks=[StopOnRank1()])
     engine.fit(_PerRank(_batches(rank, 6)), epochs=3)
     assert engine.global_step == 2
@@ -394,7 +384,7 @@ def _check_rl_collectors(rank: int, world: int) -> None:
     from beyondfit.tasks.policy_gradient import build
 
     task = build(seed=0, algo="a2c", num_envs=4, total_env_steps=2048, eval_episodes=2)
-    recorder = _Recorder()
+    recorder = Recorder()
     engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
                     device="cpu", callbacks=[recorder], log_every=1)
     try:
@@ -425,12 +415,46 @@ def _check_episode_stats_seen_on_one_rank(rank: int, world: int) -> None:
     assert len({json.dumps(r, sort_keys=True) for r in _gather(row)}) == 1
 
 
+def _check_several_optimizers(rank: int, world: int) -> None:
+    """Two optimizers under DDP: each all-reduces its own gradients at its own step, so the
+    ranks stay equal and the run equals one process on the union of the ranks' batches."""
+    from beyondfit import Update
+
+    def first(m, batch):
+        x, y = batch
+        return ((m[0](x) - y) ** 2).mean()
+
+    def second(m, batch):
+        x, y = batch
+        return ((m[1](m[0](x).detach()) - y) ** 2).mean()
+
+    def build():
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Linear(3, 1), nn.Linear(1, 1))
+        return model, [Update("a", first, torch.optim.SGD(model[0].parameters(), lr=0.05)),
+                       Update("b", second, torch.optim.SGD(model[1].parameters(), lr=0.05),
+                              every=2)]
+
+    model, updates = build()
+    engine = Engine(model, updates, device="cpu", strategy="ddp")
+    engine.fit(_PerRank(_batches(rank, 6)), epochs=1, verbose=False)
+    params = _gather(_params(model))
+    torch.testing.assert_close(params[0], params[1])
+
+    ref_model, ref_updates = build()  # one process, each batch the union of the ranks'
+    union = [tuple(torch.cat(parts) for parts in zip(*(_batches(r, 6)[b] for r in range(world))))
+             for b in range(6)]
+    Engine(ref_model, ref_updates, device="cpu", strategy=Strategy()).fit(union, verbose=False)
+    torch.testing.assert_close(_params(model), _params(ref_model))
+
+
 def _worker(rank: int, world: int, store: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", store=dist.FileStore(store, world), rank=rank,
                             world_size=world, timeout=timedelta(seconds=120))
     try:
         _check_accumulation(rank, world)
+        _check_several_optimizers(rank, world)
         _check_metrics_and_evaluation(rank, world)
         _check_skips_and_stops_agree(rank, world)
         _check_methods_and_submodules_are_synchronised(rank, world)

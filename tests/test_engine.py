@@ -332,8 +332,8 @@ def test_fit_accepts_generators_and_dataloaders() -> None:
     engine = Engine(model, mse, torch.optim.SGD(model.parameters(), lr=0.01), device="cpu")
     engine.fit(((x[i : i + 8], y[i : i + 8]) for i in range(0, 32, 8)), epochs=1)
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
-    engine.fit(loader, epochs=2)
-    assert engine.global_step == 8
+    engine.fit(loader, epochs=2)  # two more epochs, as Keras' fit does
+    assert engine.global_step == 4 + 8 and engine.epoch == 3
 
 
 # ---------------------------------------------------------------- devices

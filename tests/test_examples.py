@@ -23,13 +23,13 @@ def load(name: str) -> ModuleType:
 
 
 def test_every_example_has_a_test() -> None:
-    tested = {"manual_regression", "vae", "contrastive", "custom_train_step"}
+    tested = {"port_a_hand_written_loop", "vae", "contrastive", "classifier_with_metric_objects"}
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
-def test_manual_regression_runs_as_a_script() -> None:
+def test_port_a_hand_written_loop_runs_as_a_script() -> None:
     result = subprocess.run(
-        [sys.executable, str(EXAMPLES / "manual_regression.py"), "--epochs", "3"],
+        [sys.executable, str(EXAMPLES / "port_a_hand_written_loop.py"), "--epochs", "3"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -37,8 +37,8 @@ def test_manual_regression_runs_as_a_script() -> None:
     assert [line.split()[:2] for line in lines] == [["epoch", "1"], ["epoch", "2"], ["epoch", "3"]]
 
 
-def test_manual_regression_learns_in_100_epochs(capsys: pytest.CaptureFixture[str]) -> None:
-    history = load("manual_regression").main([])
+def test_port_a_hand_written_loop_learns_in_100_epochs(capsys: pytest.CaptureFixture[str]) -> None:
+    history = load("port_a_hand_written_loop").main([])
     assert len(history) == 100
     assert history[-1]["loss"] < history[0]["loss"] / 10
     assert capsys.readouterr().out.count("loss") == 100  # printed every epoch
@@ -71,8 +71,9 @@ def test_contrastive_probe_reaches_85_percent(capsys: pytest.CaptureFixture[str]
     assert "PCA-16" in capsys.readouterr().out
 
 
-def test_custom_train_step_workflow(capsys: pytest.CaptureFixture[str]) -> None:
-    logs = load("custom_train_step").main([])  # the workflow's own settings: 3 epochs, batch 32
+def test_classifier_with_metric_objects_workflow(capsys: pytest.CaptureFixture[str]) -> None:
+    # The workflow's own settings: 3 epochs, batch 32.
+    logs = load("classifier_with_metric_objects").main([])
     assert set(logs) == {"val_loss", "val_accuracy"}
     assert logs["val_accuracy"] > 0.8  # measured 0.90
     lines = capsys.readouterr().out.splitlines()

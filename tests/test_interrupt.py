@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from signals import SendSignal
 from torch import nn
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
 from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.core.serialization import safe_load
+
+from kit import SendSignal
 
 TESTS = Path(__file__).resolve().parent
 

@@ -15,7 +15,9 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import BeyondfitError, Callback, Engine
+from beyondfit import BeyondfitError, Engine
+
+from kit import Recorder
 
 torchmetrics = pytest.importorskip("torchmetrics")
 from torchmetrics.classification import MulticlassAccuracy  # noqa: E402
@@ -135,22 +137,6 @@ def test_values_match_torchmetrics_on_random_predictions() -> None:
 
     assert history[0]["acc"] == pytest.approx(reference(train))
     assert history[0]["val_acc"] == pytest.approx(reference(val))
-
-
-class Recorder(Callback):
-    """Keeps every ``on_log`` row and every evaluation."""
-
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-        self.evals: list[dict[str, float]] = []
-
-    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Record a running row."""
-        self.logs.append(dict(logs))
-
-    def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Record an evaluation."""
-        self.evals.append(dict(logs))
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["one-object", "two-objects"])

@@ -12,9 +12,11 @@ import torch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
+from beyondfit import BeyondfitError, Engine, TensorBatches
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.tasks.regression import build
+
+from kit import Recorder
 
 
 def _val_loss(precision: str, epochs: int = 40) -> tuple[float, Engine]:
@@ -58,20 +60,12 @@ def test_fp16_on_cpu_uses_a_cpu_grad_scaler_and_trains() -> None:
     assert abs(fp16 - fp32) <= 0.05 * fp32, (fp16, fp32)
 
 
-class _Rows(Callback):
-    def __init__(self) -> None:
-        self.logs: list[dict[str, float]] = []
-
-    def on_log(self, engine, logs) -> None:
-        self.logs.append(dict(logs))
-
-
 def test_fp16_overflow_skips_the_update_and_is_counted() -> None:
     # A scale of 2**40 overflows fp16 activations' gradients: the scaler skips the step and
     # halves the scale, again and again, until the gradients fit.
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 1))
-    rows = _Rows()
+    rows = Recorder()
     engine = Engine(model, lambda m, b: (m(b[0]).float() - b[1]).pow(2).mean(),
                     torch.optim.SGD(model.parameters(), 0.01), device="cpu", precision="16",
                     callbacks=[rows], log_every=1)
@@ -101,7 +95,7 @@ def test_fp16_clips_the_unscaled_gradients() -> None:
         torch.manual_seed(0)
         model = nn.Linear(4, 1)
         before = torch.cat([p.detach().flatten() for p in model.parameters()])
-        rows = _Rows()
+        rows = Recorder()
         engine = Engine(model, lambda m, b: (m(b[0]).float() - b[1]).pow(2).mean(),
                         torch.optim.SGD(model.parameters(), 1.0), device="cpu",
                         precision=precision, clip_norm=clip, callbacks=[rows], log_every=1)

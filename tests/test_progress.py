@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit.core.console import ConsoleFormatter, ProgressBar, progress_callback, wants_bar
 from beyondfit.observers import ConsoleLogger
-from beyondfit.observers.console import ConsoleFormatter, ProgressBar, progress_callback, wants_bar
 
 
 class FakeTerminal(io.StringIO):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +13,7 @@ from beyondfit import BeyondfitError
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.data import load_table
 
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m beyondfit`` as a user would."""
-    return subprocess.run(
-        [sys.executable, "-m", "beyondfit", *args],
-        capture_output=True, text=True, timeout=300, cwd=cwd,
-    )  # fmt: skip
+from kit import cli
 
 
 def config(*overrides: str):

@@ -26,6 +26,8 @@ import torch
 from beyondfit.checkpoint import step_checkpoints
 from beyondfit.core.serialization import safe_load
 
+from kit import cli
+
 # Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
 WRAPPER = """
 import os, sys, time
@@ -192,11 +194,6 @@ def test_many_random_kills_then_resume_equals_uninterrupted(tmp_path: Path, task
 
 
 # ---------------------------------------------------------------- user errors, one line each
-def cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "beyondfit", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
-
-
 def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
     base = ["+task=regression", "train.epochs=1", *QUIET]
     class MakesFile:
@@ -206,7 +203,7 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
     evil = tmp_path / "evil" / "checkpoints" / "step-00000001.pt"
     evil.parent.mkdir(parents=True)
     torch.save({"model": MakesFile()}, evil)
-    refused = cli([*base, f"resume={tmp_path / 'evil'}"], tmp_path)
+    refused = cli(*base, f"resume={tmp_path / 'evil'}", cwd=tmp_path)
     assert refused.returncode == 2
     assert refused.stderr.startswith("beyondfit: error: checkpoint") and "refused" in refused.stderr
     assert refused.stderr.strip().count("\n") == 0

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from signals import SendSignal
 from torch import nn
 
 from beyondfit import Callback, Engine, TensorBatches
 from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.observers import MetricsFile
+
+from kit import SendSignal
 
 EPOCHS = 3
 N, D, BATCH = 72, 6, 8  # 9 micro-batches per epoch: with accumulate=2 the last window is partial

@@ -4,9 +4,10 @@ import gymnasium as gym
 import pytest
 import torch
 
+from beyondfit.nets import mlp
 from beyondfit.rl.collector import RolloutBatch
 from beyondfit.rl.losses import make_loss
-from beyondfit.rl.policies import ActorCritic, mlp
+from beyondfit.rl.policies import ActorCritic
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,))
 
@@ -107,7 +108,7 @@ def test_sample_returns_the_log_prob_of_what_it_sampled(space):
 
 def test_policy_mlp_computes_what_nn_sequential_does_under_the_same_names():
     torch.manual_seed(0)
-    fast = mlp([3, 8, 8, 2], 0.01)
+    fast = mlp([3, 8, 8, 2], "tanh", init="orthogonal", out_gain=0.01)
     plain = torch.nn.Sequential(*fast)  # the same layer objects, called the usual way
     x = torch.randn(5, 3)
     assert torch.equal(fast(x), plain(x))

@@ -1,8 +1,6 @@
 """The gym task through the one engine: bad input, learning, determinism, saving and playing."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,6 +13,8 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
 from beyondfit.tasks.policy_gradient import build
+
+from kit import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -122,13 +122,8 @@ def test_stop_rule_ends_training_at_the_target():
     assert task.train_data.env_steps < 10**6
 
 
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": ""})
-
-
 def test_cli_bad_algo_is_one_line_and_exit_2(tmp_path):
-    done = cli("beyondfit", "+task=cartpole", "task.algo=dqn", f"hydra.run.dir={tmp_path}",
+    done = cli("+task=cartpole", "task.algo=dqn", f"hydra.run.dir={tmp_path}",
                cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0 and "task.algo='dqn'" in done.stderr
@@ -137,12 +132,12 @@ def test_cli_bad_algo_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.slow
 def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
     run_dir = tmp_path / "run"
-    done = cli("beyondfit", "+task=cartpole", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    done = cli("+task=cartpole", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "CartPole-v1 solved" in done.stdout + done.stderr
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any(row.get("val_return", 0) >= 475 for row in rows)
-    played = cli("beyondfit.play", str(run_dir), "--episodes", "3", cwd=tmp_path)
+    played = cli(str(run_dir), "--episodes", "3", module="beyondfit.play", cwd=tmp_path)
     assert played.returncode == 0, played.stderr
     assert "mean return" in played.stdout
 

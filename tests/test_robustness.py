@@ -265,7 +265,7 @@ def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path
     assert_one_clear_line(results[3], f"checkpoint '{notes}' is truncated or corrupt, or not a "
                                       "checkpoint")
     assert_one_clear_line(results[4], f"checkpoint '{noise}' is truncated or corrupt")
-    assert_one_clear_line(results[5], "is not a whole training checkpoint (no optimizer, "
+    assert_one_clear_line(results[5], "is not a whole training checkpoint (no updates, "
                                       "counters, metrics)")
 
 
@@ -321,7 +321,7 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(
     for path in tmp_path.glob("*.pt"):  # best.pt included
         state = safe_load(path)
         assert nonfinite_entries(state["model"].items()) == [], path
-        tensors = [(f"{i}.{k}", v) for i, s in state["optimizer"]["state"].items()
+        tensors = [(f"{i}.{k}", v) for i, s in state["updates"][""]["optimizer"]["state"].items()
                    for k, v in s.items()]
         assert nonfinite_entries(tensors) == [], path
 

@@ -22,8 +22,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import nonfinite_entries
@@ -57,12 +55,6 @@ def step_checkpoints(directory: str | Path) -> list[Path]:
     return [path for _, path in sorted(found, reverse=True)]
 
 
-def _is_writer() -> bool:
-    # Under torchrun every rank holds the same state: rank 0 alone writes it.
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-
-
 class Checkpointer(Callback):
     """Save the engine's state periodically, at the end, and at the best monitored value.
 
@@ -86,6 +78,9 @@ class Checkpointer(Callback):
         >>> ckpt = Checkpointer("runs/a/checkpoints", every=100, keep=3, monitor="val_loss")
         >>> Engine(model, loss_fn, opt, callbacks=[ckpt]).fit(data, epochs=5, val_data=val)
     """
+
+    # Under torchrun every rank holds the same state: rank 0 alone writes it.
+    rank_zero_only = True
 
     def __init__(
         self,
@@ -121,8 +116,6 @@ class Checkpointer(Callback):
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, engine: Engine) -> None:
         """Create the directory; drop temporary files a killed write left behind."""
-        if not _is_writer():
-            return
         self.directory.mkdir(parents=True, exist_ok=True)
         for stale in self.directory.glob(".*.tmp"):
             stale.unlink(missing_ok=True)
@@ -157,7 +150,7 @@ class Checkpointer(Callback):
         saved = self.save(engine)
         if new_best:
             self._save_best(engine, saved)
-        if self.monitor and self.best is None and _is_writer():
+        if self.monitor and self.best is None:
             log.warning(
                 "checkpoint.monitor=%r was never logged, so no %s was kept; monitor a "
                 "metric the run logs (see metrics.jsonl) or set checkpoint.monitor=null",
@@ -165,14 +158,12 @@ class Checkpointer(Callback):
             )
 
     # ------------------------------------------------------------------ writing
-    def save(self, engine: Engine) -> Path | None:
+    def save(self, engine: Engine) -> Path:
         """Write ``step-<global step>.pt`` now and prune old ones; returns its path.
 
         Call it only between optimizer steps (callback hooks are): a state taken inside an
-        accumulation window cannot be resumed exactly. Ranks other than 0 write nothing.
+        accumulation window cannot be resumed exactly.
         """
-        if not _is_writer():
-            return None
         path = self.directory / step_file_name(engine.global_step)
         if not self._write(engine, path):
             return None
@@ -213,8 +204,6 @@ class Checkpointer(Callback):
         return True
 
     def _save_best(self, engine: Engine, saved: Path | None) -> None:
-        if not _is_writer():
-            return
         target = self.directory / BEST_FILE
         if saved is not None and _link_over(saved, target):
             return  # the same state was just written: a hard link costs no second write
@@ -258,11 +247,11 @@ def _weights(engine: Engine) -> Iterator[tuple[str, Any]]:
     Not the buffers: a buffer may hold inf on purpose (an attention mask of -inf).
     """
     yield from engine.model.named_parameters()
-    optimizers = getattr(engine, "optimizers", None) or [engine.optimizer]
-    for index, optimizer in enumerate(optimizers):
-        for param_index, param_state in enumerate(optimizer.state.values()):
+    for update in engine.updates:
+        which = f"optimizer {update.name!r}" if update.name else "optimizer"
+        for index, param_state in enumerate(update.optimizer.state.values()):
             for key, value in param_state.items():
-                yield f"optimizer {index} state {param_index}.{key}", value
+                yield f"{which} state {index}.{key}", value
 
 
 def _link_over(source: Path, target: Path) -> bool:

@@ -102,7 +102,7 @@ class GracefulInterrupt(Callback):
     def __exit__(self, *exc: object) -> None:
         self.restore()
 
-    def _handle(self, signum: int, frame: FrameType | None) -> None:
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
         sig = signal.Signals(signum)
         if self.received is not None:
             # Second signal: leave now. os.write, not print: a handler can interrupt a print.

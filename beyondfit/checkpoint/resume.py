@@ -96,10 +96,15 @@ def resume(
             continue
         if config is not None:  # first: "another task" says more than the keys that differ
             _check_same(state.get("config"), config, must_match, source)
-        check_state_fits(state, engine.model, getattr(engine, "optimizer", None), source)
+        check_state_fits(state, engine.model, engine_optimizers(engine), source)
         engine.load_state_dict(state, source=source)
         return candidate, state
     raise AssertionError("unreachable: candidates is never empty")
+
+
+def engine_optimizers(engine: Engine) -> dict[str, Any]:
+    """The engine's optimizers by Update name (``""`` for a one-optimizer engine)."""
+    return {update.name: update.optimizer for update in engine.updates}
 
 
 def _check_same(saved: Any, current: Mapping[str, Any], keys: Sequence[str], source: str) -> None:

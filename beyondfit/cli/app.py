@@ -6,6 +6,7 @@ make come out as one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -20,7 +21,15 @@ from omegaconf import DictConfig
 from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
 from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
-from beyondfit.cli.run import CONF_DIR, available, no_task_message, run
+from beyondfit.cli.run import (
+    CONF_DIR,
+    available,
+    no_task_message,
+    objective,
+    objective_settings,
+    run,
+    worst_objective,
+)
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
@@ -38,6 +47,9 @@ def fail(message: str) -> None:
     sys.exit(2)
 
 
+_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
+
+
 def check_choices(args: list[str]) -> None:
     """Catch an unknown or missing task/optimizer before Hydra starts (and makes a run dir)."""
     if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
@@ -48,9 +60,9 @@ def check_choices(args: list[str]) -> None:
         if not sep:
             continue
         group = key.lstrip("+~")
-        if group in ("task", "experiment"):
+        if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
-        if group not in ("task", "optimizer", "scheduler", "experiment", "logger"):
+        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search"):
             continue
         options = available(group)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
@@ -66,18 +78,36 @@ def check_choices(args: list[str]) -> None:
                     f"unknown {group} {choice!r}; available: {', '.join(options)} "
                     f"(pick with {how})"
                 )
+        if group == "search" and importlib.util.find_spec(_OPTUNA_SWEEPER) is None:
+            fail(
+                "+search=NAME runs an Optuna search through hydra-optuna-sweeper, which is not "
+                'installed; pip install "beyondfit[search]"'
+            )
     if not picked_task:
         fail(no_task_message())
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
-def _app(cfg: DictConfig) -> None:
+def _app(cfg: DictConfig) -> float | None:
+    """One job; in a search (an optimizing sweeper such as Optuna's), return its objective."""
     # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
     cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
+    search = searching()
+    mode = "min"
+    if search:  # a mistake here would fail every trial alike: stop the search at once
+        try:
+            _, mode = objective_settings(cfg)
+            check_direction(mode)
+        except BeyondfitError as exc:
+            fail(str(exc))
     try:
-        run(cfg, run_dir)
+        history = run(cfg, run_dir)
     except BeyondfitError as exc:
-        fail(str(exc))
+        if not search:
+            fail(str(exc))
+        # A trial that diverged or whose sampled settings do not work: the search goes on.
+        print(f"beyondfit: trial failed, scored {worst_objective(mode)}: {exc}", file=sys.stderr)
+        return worst_objective(mode)
     except OSError as exc:  # a full disk, a read-only or blocked path: name it, no traceback
         fail(os_error_line(exc))
     except TrainingInterrupted as exc:
@@ -85,6 +115,27 @@ def _app(cfg: DictConfig) -> None:
         if exc.checkpoint is not None:
             print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    return objective(cfg, history) if search else None
+
+
+def searching() -> bool:
+    """True in a multirun whose sweeper optimizes a returned value (not the grid sweeper)."""
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    target = str((hydra_cfg.sweeper or {}).get("_target_", ""))
+    return hydra_cfg.mode == RunMode.MULTIRUN and not target.endswith(".BasicSweeper")
+
+
+def check_direction(mode: str) -> None:
+    """A sweeper's ``direction`` (Optuna's) must agree with ``objective.mode``."""
+    direction = HydraConfig.get().sweeper.get("direction")
+    wanted = {"min": "minimize", "max": "maximize"}[mode]
+    if isinstance(direction, str) and direction.lower() != wanted:
+        raise BeyondfitError(
+            f"hydra.sweeper.direction={direction} but objective.mode={mode}; set "
+            f"hydra.sweeper.direction={wanted} (or objective.mode to match)"
+        )
 
 
 def resume_command(checkpoint: Path) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 import re
 from collections.abc import Mapping
@@ -179,9 +180,6 @@ def _task_name(cfg: DictConfig) -> str:
     return target.rsplit(".", 2)[-2] if target.count(".") >= 2 else target
 
 
-_LOGGERS = ("csv", "tensorboard")
-
-
 _PROGRESS_KEYS = ("bar", "refresh", "every", "metrics")
 
 
@@ -190,10 +188,11 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
 
     ``progress``: a tqdm bar when stdout is a terminal, Keras-style lines otherwise (always
     lines in a multirun, whose jobs share one console). ``logger``: the picks of the logger
-    group (``logger=[csv,tensorboard]`` or ``+logger=tensorboard``), each a sub-section.
-    ``plots``: ``curves.png`` at the end (``auto``: when matplotlib is installed).
+    group (``logger=[csv,tensorboard]`` or ``+logger=tensorboard``), see
+    :func:`build_loggers`. ``plots``: ``curves.png`` at the end (``auto``: when matplotlib
+    is installed).
     """
-    from beyondfit.observers.console import progress_callback
+    from beyondfit.core.console import progress_callback
     from beyondfit.observers.plots import CurvesPlot, has_matplotlib
 
     train = cfg.train
@@ -218,33 +217,99 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
             metrics=list(metrics) if metrics else None,
         )
     ]
-    loggers = cfg.get("logger") or {}
-    unknown = sorted(set(loggers) - set(_LOGGERS))
-    if unknown:
-        raise BeyondfitError(
-            f"unknown logger(s) {unknown}; available: {', '.join(_LOGGERS)} "
-            "(pick several with logger=[csv,tensorboard], add one with +logger=tensorboard)"
-        )
-    if "csv" in loggers:
-        callbacks.append(CsvFile(run_dir / str((loggers.csv or {}).get("file", "metrics.csv"))))
-    if "tensorboard" in loggers:
-        from beyondfit.observers.tensorboard import TensorBoardLogger, flatten
-
-        section = loggers.tensorboard or {}
-        config = OmegaConf.to_container(cfg, resolve=True)
-        assert isinstance(config, Mapping)
-        hparams = {k: v for k, v in flatten(config).items() if "_target_" not in k}
-        callbacks.append(
-            TensorBoardLogger(
-                run_dir / str(section.get("dir", "tensorboard")),
-                hparams=hparams if section.get("hparams", True) else None,
-                config_text=OmegaConf.to_yaml(cfg, resolve=True),
-                flush_secs=section.get("flush_secs", 30),
-            )
-        )
+    callbacks += build_loggers(cfg, run_dir)
     plots = str(cfg.get("plots", "auto")).lower()
     if plots not in ("auto", "true", "false"):
         raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
     return callbacks
+
+
+def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
+    """The picks of the ``logger`` group, each built by the ``_target_`` its section names.
+
+    Each section of ``cfg.logger`` (``csv:``, ``mlflow:``, a user's own ``mine:``) names a
+    callable with ``_target_``; it is called with the section's other keys plus
+    ``run_dir`` (the run directory) and ``config`` (the resolved run config as plain dicts)
+    and returns a :class:`~beyondfit.core.callbacks.Callback`. A tracker
+    (:class:`~beyondfit.observers.tracking.ExperimentTracker`) is left open at the end of
+    training: :func:`beyondfit.cli.run.run` ends it once the task has written its files.
+    """
+    from hydra.utils import get_object
+
+    from beyondfit.observers.tracking import ExperimentTracker
+
+    loggers = cfg.get("logger") or {}
+    shipped = available_loggers()
+    unknown = sorted(
+        k for k, v in loggers.items() if not isinstance(v, DictConfig) or "_target_" not in v
+    )
+    if unknown:
+        raise BeyondfitError(
+            f"unknown logger(s) {unknown}; available: {', '.join(shipped)} (pick several "
+            "with logger=[csv,tensorboard], add one with +logger=tensorboard; a logger of your "
+            "own is a section with a _target_)"
+        )
+    config = OmegaConf.to_container(cfg, resolve=True)
+    built: list[Callback] = []
+    for name, section in loggers.items():
+        options = OmegaConf.to_container(section, resolve=True)
+        assert isinstance(options, dict)
+        target = options.pop("_target_")
+        try:
+            factory = get_object(str(target))
+        except Exception as exc:
+            raise BeyondfitError(
+                f"logger.{name}._target_={target!r} cannot be imported ({exc})"
+            ) from None
+        try:
+            inspect.signature(factory).bind(**options, run_dir=run_dir, config=config)
+        except TypeError as exc:
+            raise BeyondfitError(
+                f"logger.{name} options do not fit {target}: {exc} (a logger's _target_ is "
+                "called with its options plus run_dir and config)"
+            ) from None
+        except ValueError:  # no signature to check (a builtin): let the call tell
+            pass
+        callback = factory(**options, run_dir=run_dir, config=config)
+        if not isinstance(callback, Callback):
+            raise BeyondfitError(
+                f"logger.{name}._target_={target} returned {type(callback).__name__}, not a "
+                "beyondfit Callback"
+            )
+        if isinstance(callback, ExperimentTracker):
+            callback.end_at_fit_end = False
+        built.append(callback)
+    return built
+
+
+def available_loggers() -> list[str]:
+    """The logger group's shipped options."""
+    from beyondfit.cli.run import available
+
+    return available("logger")
+
+
+def csv_logger(run_dir: Path, config: Mapping[str, Any], file: str = "metrics.csv") -> CsvFile:
+    """``logger=csv``: the rows of ``metrics.jsonl`` as one table, ``RUN_DIR/FILE``."""
+    return CsvFile(Path(run_dir) / str(file))
+
+
+def tensorboard_logger(
+    run_dir: Path,
+    config: Mapping[str, Any],
+    dir: str = "tensorboard",
+    flush_secs: float = 30,
+    hparams: bool = True,
+) -> Callback:
+    """``logger=tensorboard``: event files in ``RUN_DIR/DIR``, the config as text and HParams."""
+    from beyondfit.observers.tensorboard import TensorBoardLogger, flatten
+
+    flat = {k: v for k, v in flatten(config).items() if "_target_" not in k}
+    return TensorBoardLogger(
+        Path(run_dir) / str(dir),
+        hparams=flat if hparams else None,
+        config_text=OmegaConf.to_yaml(OmegaConf.create(dict(config))),
+        flush_secs=flush_secs,
+    )

@@ -6,9 +6,13 @@ grouped into *settings* by their command-line overrides, ignoring ``seed`` and `
 ``-m +task=regression optimizer.lr=0.01,0.1 seed=0,1,2`` gives two settings of three seeds.
 For each setting the PNG draws the mean curve across seeds and shades the spread
 (min to max; at each step, over the runs that reached it); the markdown table gives each
-key metric's final value as mean ± std.
+key metric's final value as mean ± std, and a second table its interquartile mean (IQM)
+with a 95% stratified bootstrap interval over the seeds (:mod:`beyondfit.cli.intervals`,
+the method of Agarwal et al. 2021). ``compare_scores.png`` draws every run's final value
+per setting beside that IQM and interval.
 
-Output: ``compare.png`` and ``compare.md`` in the first DIR, or in ``--out``.
+Output: ``compare.png``, ``compare_scores.png`` and ``compare.md`` in the first DIR, or in
+``--out``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from beyondfit.cli.intervals import iqm_interval
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.observers.plots import (
     new_figure,
@@ -202,6 +207,54 @@ def table(settings: Sequence[Setting], names: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def finals(setting: Setting, name: str) -> list[float]:
+    """The final value of ``name`` in each run of ``setting`` that logged a finite one."""
+    values = [final_value(run, name) for run in setting.runs]
+    return [v for v in values if v is not None and math.isfinite(v)]
+
+
+def iqm_table(settings: Sequence[Setting], names: Sequence[str]) -> str:
+    """A markdown table: per setting and metric, the IQM of the final values [95% interval]."""
+    header = ["setting", "runs", *names]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for setting in settings:
+        cells = [f"`{setting.label}`", str(len(setting.runs))]
+        for name in names:
+            values = finals(setting, name)
+            if not values:
+                cells.append("–")
+                continue
+            center, low, high = iqm_interval(values)
+            cells.append(f"{_short(center, 4)} [{_short(low, 4)}, {_short(high, 4)}]")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_scores(settings: Sequence[Setting], names: Sequence[str], out: Path) -> Path:
+    """One panel per metric: each run's final value per setting, its IQM and 95% interval."""
+    fig, axes = new_figure(len(names), height=max(2.4, 0.9 + 0.45 * len(settings)))
+    rows = list(range(len(settings)))[::-1]  # the first setting on top
+    for ax, name in zip(axes, names):
+        for row, (i, setting) in zip(rows, enumerate(settings)):
+            values = finals(setting, name)
+            if not values:
+                continue
+            color = f"C{i % 10}"
+            # Runs with equal scores spread a little vertically, so each dot shows.
+            jitter = [row + 0.12 * (k % 5 - 2) / 2 for k in range(len(values))]
+            ax.scatter(values, jitter, s=14, color=color, alpha=0.6, linewidths=0)
+            center, low, high = iqm_interval(values)
+            ax.errorbar([center], [row], xerr=[[center - low], [high - center]], fmt="D",
+                        color=color, markersize=6, capsize=4, linewidth=2)  # fmt: skip
+        ax.set_yticks(rows, [f"{s.label} (n={len(s.runs)})" for s in settings], fontsize=7)
+        ax.set_ylim(-0.6, len(settings) - 0.4)
+        ax.set_title(f"final {name}")
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("dots: runs; diamond: IQM with its 95% stratified bootstrap interval",
+                 fontsize=9)  # fmt: skip
+    return save_png(fig, out)
+
+
 def plot(settings: Sequence[Setting], names: Sequence[str], out: Path) -> Path:
     """One panel per metric; per setting, the mean across seeds and a min-max band."""
     fig, axes = new_figure(len(names))
@@ -226,10 +279,11 @@ def plot(settings: Sequence[Setting], names: Sequence[str], out: Path) -> Path:
 def compare(
     dirs: Sequence[str | Path], out: str | Path | None = None, metrics: Sequence[str] | None = None
 ) -> tuple[Path, Path]:
-    """Compare the runs under ``dirs``; write ``compare.png`` and ``compare.md`` into ``out``.
+    """Compare the runs under ``dirs``; write ``compare.png``, ``compare_scores.png`` and
+    ``compare.md`` into ``out``.
 
     ``out`` defaults to the first of ``dirs``; ``metrics`` defaults to the key metrics the
-    runs logged. Returns the paths of the PNG and of the markdown table.
+    runs logged. Returns the paths of the curves' PNG and of the markdown tables.
     """
     if not dirs:
         raise BeyondfitError("give at least one run or sweep directory")
@@ -248,6 +302,7 @@ def compare(
     out_dir = Path(out) if out is not None else Path(dirs[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     png = plot(settings, names, out_dir / "compare.png")
+    plot_scores(settings, names, out_dir / "compare_scores.png")
     sources = ", ".join(f"`{d}`" for d in dirs)
     seeds = sorted({str(r.seed) for s in settings for r in s.runs if r.seed is not None})
     text = (
@@ -256,6 +311,10 @@ def compare(
         + (f"; seeds {', '.join(seeds)}" if seeds else "")
         + ". Final values, mean ± std across the runs of each setting "
         "(curves: `compare.png`).\n\n" + table(settings, names)
+        + "\nInterquartile mean (IQM: the mean of the middle 50% of the runs) of the final "
+        "values, with its 95% stratified bootstrap interval over the runs of each setting "
+        "(Agarwal et al. 2021; every run's value: `compare_scores.png`).\n\n"
+        + iqm_table(settings, names)
     )
     md = out_dir / "compare.md"
     md.write_text(text)
@@ -267,10 +326,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m beyondfit.compare",
         description="Overlay the runs of a sweep (mean and spread across seeds per setting) "
-        "into compare.png, with a markdown table of final metrics in compare.md.",
+        "into compare.png, with markdown tables of final metrics in compare.md: mean ± std, "
+        "and the interquartile mean with its 95%% stratified bootstrap interval (also drawn, "
+        "run by run, in compare_scores.png).",
     )
     parser.add_argument("dirs", nargs="+", metavar="DIR", help="run or multirun sweep directories")
-    parser.add_argument("--out", help="folder for compare.png and compare.md (default: first DIR)")
+    parser.add_argument("--out", help="folder for the PNGs and compare.md (default: first DIR)")
     parser.add_argument(
         "--metric", action="append", metavar="NAME",
         help="a logged name to compare (repeatable; default: loss, val_loss, returns, val metrics)",
@@ -282,7 +343,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"beyondfit.compare: error: {exc}", file=sys.stderr)
         sys.exit(2)
     print(md.read_text())
-    print(f"wrote {png} and {md}")
+    print(f"wrote {png}, {png.with_name('compare_scores.png')} and {md}")
 
 
 if __name__ == "__main__":

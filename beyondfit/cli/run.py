@@ -7,6 +7,7 @@ and notebooks can call :func:`run` with a config they composed themselves.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from beyondfit.checkpoint import config_changes, resume
-from beyondfit.checkpoint.interrupt import GracefulInterrupt
+from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.cli.builders import (
     absolute_paths,
     build_checkpointer,
@@ -34,6 +35,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
 from beyondfit.distributed import resolve_strategy
 from beyondfit.observers import MetricsFile
+from beyondfit.observers.tracking import end_trackers
 
 log = logging.getLogger("beyondfit")
 
@@ -108,24 +110,32 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     )
     if cfg.get("resume"):
         resume_engine(engine, cfg)
-    with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
-        history = engine.fit(
-            task.train_data,
-            epochs=int(train.epochs),
-            max_steps=train.get("max_steps"),
-            val_data=task.val_data,
-            eval_every=train.get("eval_every") or task.eval_every,
-        )
-    if engine.stopped_by:
-        log.info("stopped early: %s", engine.stopped_by)
-    if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
-        for line in task.finish(engine, run_dir) or []:
-            log.info("%s", line)
-    elif not strategy.is_main:
-        for data in (task.train_data, task.val_data):  # e.g. this rank's environments
-            close = getattr(data, "close", None)
-            if callable(close):
-                close()
+    try:
+        with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+            history = engine.fit(
+                task.train_data,
+                epochs=int(train.epochs),
+                max_steps=train.get("max_steps"),
+                val_data=task.val_data,
+                eval_every=train.get("eval_every") or task.eval_every,
+            )
+        if engine.stopped_by:
+            log.info("stopped early: %s", engine.stopped_by)
+        if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
+            for line in task.finish(engine, run_dir) or []:
+                log.info("%s", line)
+        elif not strategy.is_main:
+            for data in (task.train_data, task.val_data):  # e.g. this rank's environments
+                close = getattr(data, "close", None)
+                if callable(close):
+                    close()
+    except BaseException as exc:
+        # The tracked run ends too: killed (resume=RUN_DIR continues it) or failed.
+        status = "killed" if isinstance(exc, (TrainingInterrupted, KeyboardInterrupt)) else "failed"
+        end_trackers(callbacks, status)
+        raise
+    # After the task's finish: the trackers send the files it wrote (policy.pt) too.
+    end_trackers(callbacks, "finished")
     log.info(
         "done in %.1fs: %d optimizer steps; metrics in %s",
         time.perf_counter() - started,
@@ -138,7 +148,9 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
 # Settings a checkpoint cannot continue under: another task, another optimizer algorithm.
 _RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
-_RESUME_MAY_CHANGE = ("resume", "device", "threads", "checkpoint", "progress", "plots", "logger")
+_RESUME_MAY_CHANGE = (
+    "resume", "device", "threads", "checkpoint", "progress", "plots", "logger", "objective",
+)
 
 
 def resume_engine(engine: Engine, cfg: DictConfig) -> None:
@@ -169,3 +181,55 @@ def no_task_message() -> str:
         f"no task given; pick one with +task=NAME (available: {tasks}), "
         "e.g. python -m beyondfit +task=cartpole"
     )
+
+
+_MODES = ("min", "max")
+
+
+def objective(cfg: DictConfig, history: list[dict[str, float]]) -> float:
+    """The value a hyperparameter search optimizes: the run's last ``objective.metric``.
+
+    ``objective: {metric: val_loss, mode: min}`` by default; the RL task configs set
+    ``val_return`` and ``max`` (the final greedy evaluation). A run whose metric is NaN or
+    infinite, or was never logged, scores the worst value, ``+inf`` to minimize and
+    ``-inf`` to maximize (see :func:`worst_objective`), so that a search learns to avoid
+    its settings instead of stopping.
+    """
+    metric, mode = objective_settings(cfg)
+    for row in reversed(history):
+        value = row.get(metric)
+        if value is not None:
+            value = float(value)
+            if math.isfinite(value):
+                return value
+            log.warning("objective %s=%s is not finite: scored as %s", metric, value,
+                        worst_objective(mode))
+            return worst_objective(mode)
+    logged = sorted({k for row in history for k in row if k not in ("epoch", "step")})
+    log.warning(
+        "objective.metric=%s was never logged (logged: %s): scored as %s; set objective.metric",
+        metric, ", ".join(logged) or "nothing", worst_objective(mode),
+    )
+    return worst_objective(mode)
+
+
+def objective_settings(cfg: DictConfig) -> tuple[str, str]:
+    """``(metric, mode)`` of the ``objective`` section, checked."""
+    section = cfg.get("objective") or {}
+    unknown = sorted(set(section) - {"metric", "mode"})
+    if unknown:
+        raise BeyondfitError(f"unknown objective option(s) {unknown}; known: metric, mode")
+    metric = section.get("metric") or "val_loss"
+    mode = str(section.get("mode") or "min")
+    if mode not in _MODES:
+        raise BeyondfitError(f"objective.mode={mode!r}; use min or max")
+    return str(metric), mode
+
+
+def worst_objective(mode: str) -> float:
+    """The score of a failed or diverged run: ``+inf`` to minimize, ``-inf`` to maximize.
+
+    Optuna records an infinite value as a complete trial that lost (a NaN would be a failed
+    trial, which its samplers ignore): TPE then steers away from the settings that diverged.
+    """
+    return math.inf if mode == "min" else -math.inf

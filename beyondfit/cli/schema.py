@@ -1,5 +1,6 @@
-"""The config's schema: the type and allowed range of every engine, train, checkpoint and
-progress option, and of the top-level ``seed``, ``device``, ``threads``, ``resume``, ``plots``.
+"""The config's schema: the type and allowed range of every engine, train, checkpoint,
+objective and progress option, and of the top-level ``seed``, ``device``, ``threads``,
+``resume`` and ``plots``.
 
 Hydra checks the types while it composes (``train.epochs=abc``, ``engine.clip_nrom=1`` never
 reach Python); :func:`check_config` then checks the ranges and choices, all before anything
@@ -80,6 +81,14 @@ class CheckpointConfig:
 
 
 @dataclass
+class ObjectiveConfig:
+    """``objective.*``: what a run returns to an optimizing sweeper (``+search=NAME``)."""
+
+    metric: Optional[str] = MISSING
+    mode: str = field(default=MISSING, metadata=_choice("min", "max"))
+
+
+@dataclass
 class ProgressConfig:
     """``progress.*``: the console's bar or epoch lines."""
 
@@ -101,6 +110,7 @@ class BeyondfitConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)
     # Free-form: each is checked by what builds it.
     task: Any = None
@@ -194,7 +204,7 @@ def _one_of(value: Any, choices: tuple[Any, ...]) -> bool:
 # ---------------------------------------------------------------------- Hydra's errors, one line
 _SECTIONS = {
     "": BeyondfitConfig, "engine": EngineConfig, "train": TrainConfig,
-    "checkpoint": CheckpointConfig, "progress": ProgressConfig,
+    "checkpoint": CheckpointConfig, "objective": ObjectiveConfig, "progress": ProgressConfig,
 }  # fmt: skip
 _FREE_FORM = ("task", "optimizer", "scheduler", "logger")
 _KIND = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
+
 
 class BeyondfitError(Exception):
     """A problem the user can fix: bad config, data, loss closure or checkpoint.
@@ -9,6 +12,28 @@ class BeyondfitError(Exception):
     The message names the bad key or value and says how to fix it. The command line
     prints it as one line and exits with status 2, without a traceback.
     """
+
+
+def no_train_batches(data: Any, one_shot: bool, epochs_done: int) -> str:
+    """Why an epoch got no training batches, and what to pass instead."""
+    if one_shot and epochs_done > 0:
+        return (
+            f"train_data yielded no batches in epoch {epochs_done + 1}: it is a one-shot "
+            f"iterator ({type(data).__name__}), used up by the first epoch; pass something "
+            "that can be iterated again (a list, a DataLoader, a class with __iter__), or "
+            "train one epoch per fit call"
+        )
+    return "train_data yielded no batches; check the data source and the batch size"
+
+
+def no_val_batches(data: Any) -> str:
+    """Why an evaluation got no batches, and what to pass instead."""
+    if isinstance(data, Iterator):
+        return (
+            f"val_data yielded no batches: it is a one-shot iterator ({type(data).__name__}), "
+            "used up by an earlier evaluation; pass a list or a DataLoader"
+        )
+    return "val_data yielded no batches; check the validation split"
 
 
 def with_path(exc: OSError, path: object) -> OSError:

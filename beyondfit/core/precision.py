@@ -52,12 +52,14 @@ class Precision:
             return _NULL_CONTEXT
         return torch.autocast(self.device_type, dtype=self.dtype)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()``, scaled under fp16."""
+    def backward(self, loss: torch.Tensor, inputs: list[torch.Tensor] | None = None) -> None:
+        """``loss.backward()``, scaled under fp16; into ``inputs`` only when given."""
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-        else:
+            loss = self.scaler.scale(loss)
+        if inputs is None:
             loss.backward()
+        else:
+            torch.autograd.backward(loss, inputs=inputs)
 
     def unscale(self, optimizer: torch.optim.Optimizer, device: torch.device) -> Any:
         """Bring ``optimizer``'s gradients back to real units (fp16 only) before clipping.
@@ -80,9 +82,14 @@ class Precision:
         """The optimizer step: the scaler's (which skips on overflow) under fp16."""
         if self.scaler is not None:
             self.scaler.step(optimizer)
-            self.scaler.update()
         else:
             optimizer.step()
+
+    def update(self) -> None:
+        """After every optimizer of an engine step has stepped: adjust the loss scale once
+        (torch's recipe for several optimizers sharing one GradScaler)."""
+        if self.scaler is not None:
+            self.scaler.update()
 
     def step_scheduler(self, scheduler: Any, first_step: bool, *args: Any) -> None:
         """Step an LR scheduler after an optimizer step.

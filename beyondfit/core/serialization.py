@@ -218,15 +218,19 @@ def mismatched_keys(model_state: dict[str, Any], saved: dict[str, Any]) -> list[
 
 
 # ---------------------------------------------------------------------- does it fit?
-#: What a checkpoint needs besides the model to continue a run (Engine.state_dict's keys).
-RESUME_KEYS = ("model", "optimizer", "counters", "metrics")
+#: What a checkpoint needs to continue a run (Engine.state_dict's keys).
+RESUME_KEYS = ("model", "updates", "counters", "metrics")
 
 
 def check_state_fits(
-    state: Mapping[str, Any], model: torch.nn.Module, optimizer: Any, source: str
+    state: Mapping[str, Any],
+    model: torch.nn.Module,
+    optimizers: Mapping[str, torch.optim.Optimizer],
+    source: str,
 ) -> None:
-    """Raise a one-line BeyondfitError when ``state`` cannot continue this model and
-    optimizer; change nothing. Call it before loading anything.
+    """Raise a one-line BeyondfitError when ``state`` cannot continue this model and these
+    optimizers (by Update name: ``{"": opt}`` for a one-optimizer engine); change nothing.
+    Call it before loading anything.
 
     Catches a file that is not a whole training checkpoint (weights only, another tool's), a
     model of another shape or task (the keys that differ), and another optimizer (whose
@@ -248,12 +252,22 @@ def check_state_fits(
             f"{source} does not fit this model ({shown}); it was written for a different "
             "task or model shape"
         )
-    if isinstance(optimizer, torch.optim.Optimizer):
-        problem = optimizer_mismatch(optimizer.state_dict(), state["optimizer"])
+    saved = state["updates"]
+    if sorted(saved) != sorted(optimizers):
+        raise BeyondfitError(
+            f"{source} holds optimizers {sorted(saved)} but this engine has "
+            f"{sorted(optimizers)}; resume with the same optimizers"
+        )
+    for name, optimizer in optimizers.items():
+        entry = saved[name]
+        old = entry.get("optimizer") if isinstance(entry, Mapping) else None
+        problem = (optimizer_mismatch(optimizer.state_dict(), old)
+                   if isinstance(old, Mapping) else "no optimizer state")
         if problem:
+            which = f" {name!r}" if name else ""
             raise BeyondfitError(
-                f"{source} holds the state of another optimizer ({problem}); resume with the "
-                "optimizer it was written with"
+                f"{source} holds the state of another optimizer{which} ({problem}); resume "
+                "with the optimizer it was written with"
             )
 
 

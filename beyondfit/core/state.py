@@ -1,13 +1,22 @@
-"""The run's counters in one object with one ``state_dict``: what a checkpoint must restore.
+"""What a checkpoint restores: the run's counters (:class:`TrainState`, one ``state_dict``)
+and the engine's whole state (:class:`Checkpointable`).
 
-A *step* is one optimizer update (``global_step``); a *micro-batch* is one call of the loss
-closure (``batch_in_epoch`` counts them); with ``accumulate=k`` a step spans ``k`` of them.
+A *step* is one engine step (``global_step``): ``accumulate`` micro-batches, after which every
+optimizer due in it steps once; a *micro-batch* is one call of the loss closure
+(``batch_in_epoch`` counts them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 from typing import Any
+
+from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.seeding import rng_state, set_rng_state
+from beyondfit.core.serialization import atomic_save, mismatched_keys, safe_load
 
 
 @dataclass
@@ -39,3 +48,109 @@ class TrainState:
         for field in fields(self):
             if field.name in state:
                 setattr(self, field.name, type(field.default)(state[field.name]))
+
+
+class Counter:
+    """``engine.global_step`` and friends: a view of the field of ``engine.state``."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, engine: Any, owner: type | None = None) -> Any:
+        return self if engine is None else getattr(engine.state, self.name)
+
+    def __set__(self, engine: Any, value: Any) -> None:
+        setattr(engine.state, self.name, value)
+
+
+class Checkpointable:
+    """What an :class:`~beyondfit.core.engine.Engine` saves and restores: a base class of the
+    engine, relying on the attributes it sets up (model, updates, counters, metrics, RNG,
+    the data position and the callbacks' own states)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimizers, counters, RNG, data."""
+        state: dict[str, Any] = {
+            "model": self.model.state_dict(),
+            "updates": {u.name: u.state_dict() for u in self.updates},
+            "counters": self.state.state_dict(),
+            "last_val": dict(self.last_val),
+            "metrics": self.train_metrics.state_dict(),
+            "history": [dict(row) for row in self.history],
+            "rng": rng_state(),
+        }
+        if self.precision.scaler is not None:
+            state["scaler"] = self.precision.state_dict()
+        data_state = getattr(self.train_data, "state_dict", None)
+        if callable(data_state):
+            state["data"] = data_state()
+        state["callbacks"] = {
+            _callback_key(cb): cb.state_dict()
+            for cb in self.callbacks
+            if callable(getattr(cb, "state_dict", None))
+        }
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
+        """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
+        problems = mismatched_keys(self.model.state_dict(), state["model"])
+        if problems:
+            shown = "; ".join(problems[:8])
+            if len(problems) > 8:
+                shown += f"; and {len(problems) - 8} more"
+            raise BeyondfitError(
+                f"{source} does not fit this model ({shown}); it was written for a different "
+                "task or model shape"
+            )
+        saved = state.get("updates", {})
+        names = sorted(u.name for u in self.updates)
+        if sorted(saved) != names:
+            raise BeyondfitError(
+                f"{source} holds optimizers {sorted(saved)} but this engine has {names}; "
+                "resume with the same optimizers"
+            )
+        self.model.load_state_dict(state["model"])
+        for update in self.updates:
+            update.load_state_dict(saved[update.name], source)
+        if "scaler" in state:
+            self.precision.load_state_dict(state["scaler"])
+        self.state = TrainState()
+        self.state.load_state_dict(state["counters"])
+        self.last_val = dict(state.get("last_val", {}))
+        self.train_metrics.load_state_dict(state["metrics"], self.device)
+        self.history = [dict(row) for row in state.get("history", [])]
+        if "rng" in state:
+            set_rng_state(state["rng"])
+        saved_callbacks = state.get("callbacks", {})
+        for cb in self.callbacks:
+            key = _callback_key(cb)
+            if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
+                cb.load_state_dict(saved_callbacks[key])
+        self._pending_data_state = state.get("data")
+        if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
+            self.train_data.load_state_dict(self._pending_data_state)
+            self._pending_data_state = None
+        self._micro = 0
+        for update in self.updates:
+            update.window_applied, update.window_synced = 0, False
+        self._resumed = True
+
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
+        """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically."""
+        state = self.state_dict()
+        if extra:
+            state.update(extra)
+        return atomic_save(state, path)
+
+    def load(self, path: str | Path) -> dict[str, Any]:
+        """Load a checkpoint written by :meth:`save` (``weights_only=True``); returns it.
+
+        The next :meth:`fit` then finishes the saved run (its ``epochs`` count from the
+        run's start)."""
+        state = safe_load(path)
+        self.load_state_dict(state, source=f"checkpoint {str(path)!r}")
+        return state
+
+
+def _callback_key(callback: Callback) -> str:
+    return getattr(callback, "state_key", type(callback).__name__)

@@ -42,9 +42,10 @@ class TensorBoardLogger(Callback):
     """Write every logged value as a TensorBoard scalar, under the name the run logs it by.
 
     Tags are the names of ``metrics.jsonl`` and the history (``loss``, ``val_loss``,
-    ``episode_return``, ``val_return``, ...), at the optimizer step; ``lr`` is the first
-    parameter group's learning rate. Training values come from each ``on_log`` and from the
-    epoch end (running means of the epoch so far), validation values from each evaluation.
+    ``episode_return``, ``val_return``, ...), at the optimizer step; ``lr`` (``NAME/lr`` with
+    several optimizers) is the first parameter group's learning rate. Training values come
+    from each ``on_log`` and from the epoch end (running means of the epoch so far),
+    validation values from each evaluation.
     At the end the hyperparameters go to TensorBoard's HParams tab, scored by the final
     ``val_`` values. A resumed run purges the events logged after its checkpoint's step.
 
@@ -105,17 +106,9 @@ class TensorBoardLogger(Callback):
             writer.add_scalar(name, float(value), step)
             self._final[name] = float(value)
 
-    def _learning_rates(self, engine: Engine) -> None:
-        if self.writer is None:
-            return
-        for i, group in enumerate(engine.optimizer.param_groups):
-            tag = "lr" if i == 0 else f"lr_{i}"
-            self.writer.add_scalar(tag, float(group["lr"]), engine.global_step)
-
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Training values (running means of the current epoch) and the learning rate."""
+        """Training values (running means of the current epoch) and the learning rates."""
         self._scalars(logs, engine.global_step)
-        self._learning_rates(engine)
         self._last_train_step = engine.global_step
 
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
@@ -127,7 +120,6 @@ class TensorBoardLogger(Callback):
         if engine.global_step != self._last_train_step:
             # val_ entries of the epoch row repeat the evaluation already written.
             self._scalars(logs, engine.global_step, keep=lambda n: not n.startswith("val_"))
-            self._learning_rates(engine)
             self._last_train_step = engine.global_step
         if self.writer is not None:
             self.writer.flush()

@@ -7,7 +7,6 @@ more than the MLP itself, and the rollout loop calls :meth:`ActorCritic.act` onc
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 
@@ -17,51 +16,9 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.nets import mlp
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
-
-
-#: ``activation`` option -> module. Tanh is the default: on CartPole it needs half the env steps
-#: ReLU does, although torch's CPU tanh costs several times a ReLU per element.
-ACTIVATIONS: dict[str, type[nn.Module]] = {"relu": nn.ReLU, "tanh": nn.Tanh}
-
-
-class MLP(nn.Sequential):
-    """``nn.Sequential`` whose forward calls each layer's ``forward`` directly.
-
-    For layers this small, ``nn.Module.__call__`` (hook checks, dispatch) costs as much as the
-    kernels: skipping it for the inner layers takes about 40% off a policy forward, which the
-    collector pays at every env step and the loss at every update. The price: hooks registered
-    on the inner layers do not run (hooks on the MLP itself do). Parameter names are those of
-    ``nn.Sequential`` (``0.weight``...), so saved policies load either way.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Apply the layers in order."""
-        for layer in self._modules.values():
-            x = layer.forward(x)  # type: ignore[union-attr]
-        return x
-
-
-def mlp(sizes: Sequence[int], out_gain: float, activation: str = "tanh") -> MLP:
-    """MLP with orthogonal init (CleanRL's ``layer_init``): hidden gain sqrt(2), last ``out_gain``.
-
-    A small output gain (0.01) starts the actor near the uniform policy: early updates stay tame.
-    """
-    if activation not in ACTIVATIONS:
-        raise BeyondfitError(
-            f"unknown task.activation={activation!r}; choose one of {', '.join(ACTIVATIONS)}"
-        )
-    layers: list[nn.Module] = []
-    for i, (fan_in, fan_out) in enumerate(itertools.pairwise(sizes)):
-        last = i == len(sizes) - 2
-        linear = nn.Linear(fan_in, fan_out)
-        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2))
-        nn.init.zeros_(linear.bias)
-        layers.append(linear)
-        if not last:
-            layers.append(ACTIVATIONS[activation]())
-    return MLP(*layers)
 
 
 def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: str = "") -> None:
@@ -116,8 +73,14 @@ class ActorCritic(nn.Module):
             out_dim = int(np.prod(action_space.shape))
             self.action_shape = tuple(action_space.shape)
             self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
-        self.actor = mlp([obs_dim, *hidden, out_dim], 0.01, activation)
-        self.critic = mlp([obs_dim, *hidden, 1], 1.0, activation) if value_head else None
+        if activation not in ("relu", "tanh"):
+            raise BeyondfitError(
+                f"unknown task.activation={activation!r}; choose one of relu, tanh"
+            )
+        self.actor = mlp([obs_dim, *hidden, out_dim], activation, init="orthogonal", out_gain=0.01)
+        self.critic = (
+            mlp([obs_dim, *hidden, 1], activation, init="orthogonal") if value_head else None
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (discrete) or action means (continuous), shape ``(B, n)``."""

@@ -146,7 +146,8 @@ def build(
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
-        # A checkpoint-shaped file (weights under "model"), self-describing for python -m beyondfit.play.
+        # A checkpoint-shaped file (weights under "model"), self-describing for
+        # python -m beyondfit.play.
         atomic_save({"model": policy.state_dict(), "policy": architecture},
                     Path(run_dir) / "policy.pt")
         (Path(run_dir) / "policy.json").write_text(json.dumps(architecture, indent=2) + "\n")

@@ -15,7 +15,7 @@ The loop this replaces, as it is usually written by hand::
 With beyondfit the loss is a closure and the engine does the rest: zero_grad, backward,
 clipping, the optimizer step, train/eval mode, the per-epoch mean of the loss.
 
-Run: ``python examples/manual_regression.py [--epochs 100] [--seed 0]``
+Run: ``python examples/port_a_hand_written_loop.py [--epochs 100] [--seed 0]``
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, float]]:
         callbacks=[PrintLoss()],
     )
     # One batch per epoch (the whole tensor), exactly like the loop above.
-    return engine.fit([(x, y)], epochs=args.epochs)
+    return engine.fit([(x, y)], epochs=args.epochs, verbose=False)  # PrintLoss prints instead
 
 
 if __name__ == "__main__":

@@ -30,8 +30,17 @@ _BAR_CHOICES = ("auto", "true", "false")
 
 
 def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
-    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits)."""
-    return " - ".join(f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip)
+    """``loss: 0.1234 - val_loss: 0.1301`` (4 significant digits).
+
+    Learning rates (``lr``, ``NAME/lr``) stay in the history and metrics files, off the line.
+    """
+    return " - ".join(
+        f"{k}: {v:.4g}" for k, v in logs.items() if k not in skip and not _is_lr(k)
+    )
+
+
+def _is_lr(name: str) -> bool:
+    return name == "lr" or name.endswith("/lr")
 
 
 class ConsoleLogger(Callback):
@@ -289,7 +298,8 @@ def _key_metrics(values: Mapping[str, float], limit: int = 4) -> list[str]:
     """
 
     def shown(name: str) -> bool:
-        return name not in ("epoch", "step", "env_steps") and not name.endswith("_length")
+        return (name not in ("epoch", "step", "env_steps") and not name.endswith("_length")
+                and not _is_lr(name))
 
     names = [n for n in _FIRST if n in values]
     names += [n for n in values if n.startswith("val_") and n not in names and shown(n)]
@@ -337,3 +347,27 @@ def _is_console(handler: logging.Handler) -> bool:
         sys.stdout,
         sys.stderr,
     )
+
+
+@contextlib.contextmanager
+def visible_logs() -> Any:
+    """Show the ``beyondfit`` logger's INFO lines on stdout while inside, if nothing else does.
+
+    In a script where logging was never configured, INFO records go nowhere; ``fit``'s
+    default progress (Keras' ``verbose=1``) must still be seen. A configured logging setup
+    (Hydra's, the user's) is left untouched.
+    """
+    logger = logging.getLogger("beyondfit")
+    if logger.hasHandlers():
+        yield
+        return
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)

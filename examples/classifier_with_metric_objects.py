@@ -14,7 +14,7 @@ pass whose numbers are logged with a ``val_`` prefix. By hand that is two nested
   before each evaluation, keeping training and validation values apart even though the
   closure feeds the same object in both.
 
-Run: ``python examples/custom_train_step.py [--epochs 3] [--batch-size 32]``
+Run: ``python examples/classifier_with_metric_objects.py [--epochs 3] [--batch-size 32]``
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     accuracy.to(engine.device)  # the metric's state lives where the logits are
     train = TensorBatches(x[train_idx], y[train_idx], batch_size=args.batch_size, seed=args.seed)
     val = TensorBatches(x[val_idx], y[val_idx], batch_size=args.batch_size, shuffle=False)
-    engine.fit(train, epochs=args.epochs, val_data=val)
+    engine.fit(train, epochs=args.epochs, val_data=val, verbose=False)  # PrintEpoch prints
 
     # The evaluation pass on its own: dropout off, no gradients, val_ names.
     logs = engine.evaluate(val)

@@ -1,0 +1,296 @@
+"""One optimizer of an engine, with everything that belongs to it alone.
+
+An :class:`Update` is a loss closure, the optimizer that minimises it, the parameters that
+optimizer owns, how often it steps, its scheduler and its gradient clipping. An engine with
+one optimizer has one (built from ``Engine(model, loss_fn, optimizer, ...)``); a GAN, WGAN-GP
+or SAC engine has several::
+
+    engine = Engine(model, [
+        Update("critic", critic_loss, Adam(model.critic.parameters(), 1e-4)),
+        Update("generator", generator_loss, Adam(model.generator.parameters(), 1e-4), every=5),
+    ])
+
+The rules the engine follows (see :class:`~beyondfit.core.engine.Engine`):
+
+- **Own gradients.** Each closure's backward reaches its own optimizer's parameters only
+  (``backward(inputs=params)``): the generator's loss never leaves gradients in the critic.
+- **In order.** Within a micro-batch the updates run in the order given; at the end of an
+  accumulation window each steps right after its own backward, so a later closure sees the
+  earlier optimizers' new weights (the alternating GAN algorithm, SAC's critic-then-actor).
+- **Ratio.** ``every=n`` steps this optimizer in one engine step out of ``n`` (the last of
+  each ``n``: after ``n - 1`` steps of the others); its closure is not called otherwise.
+- **Names.** Every entry a closure returns is logged as ``NAME/entry`` (``critic/loss``,
+  ``generator/loss``, ``critic/grad_norm``, ``generator/lr``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
+
+LossFn = Callable[[nn.Module, Any], Any]
+
+
+class Update:
+    """An optimizer with its own loss closure, parameters, step ratio, scheduler and clipping.
+
+    Args:
+        name: how its logged values are prefixed (``NAME/loss``); unique within an engine.
+        loss_fn: ``loss_fn(model, batch)`` returning a scalar tensor or a mapping with
+            ``"loss"``, as for a one-optimizer engine.
+        optimizer: an Optimizer over this update's parameters, or a callable
+            ``params -> Optimizer`` given ``params`` (Hydra's ``_partial_`` gives one).
+        params: a module or an iterable of parameters; needed with an optimizer factory,
+            otherwise read from the optimizer.
+        every: step this optimizer once every ``every`` engine steps (WGAN-GP's generator:
+            ``every=5`` beside a critic stepping every time).
+        scheduler: an LR scheduler of this optimizer, or a callable ``optimizer -> scheduler``;
+            stepped when this optimizer steps. ``ReduceLROnPlateau`` is stepped after each
+            evaluation with the value named by ``monitor`` instead.
+        clip_norm: clip this optimizer's gradient norm (pre-clip norm logged as ``grad_norm``).
+        clip_value: clamp each of its gradient elements to ``[-clip_value, clip_value]``.
+        track_grad_norm: log ``grad_norm`` even without ``clip_norm``.
+        monitor: the evaluation value a ``ReduceLROnPlateau`` scheduler follows.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        loss_fn: LossFn,
+        optimizer: Any,
+        *,
+        params: nn.Module | Iterable[nn.Parameter] | None = None,
+        every: int = 1,
+        scheduler: Any = None,
+        clip_norm: float | None = None,
+        clip_value: float | None = None,
+        track_grad_norm: bool = False,
+        monitor: str = "val_loss",
+    ) -> None:
+        if not isinstance(name, str):
+            raise BeyondfitError(f"Update name {name!r} must be a string")
+        if not callable(loss_fn):
+            raise BeyondfitError(
+                f"Update {name!r}: loss_fn must be a callable loss_fn(model, batch)"
+            )
+        self.name = name
+        self.loss_fn = loss_fn
+        self.every = check_number(f"Update {name!r} every", every, integer=True, at_least=1)
+        self.clip_norm = check_number("clip_norm", clip_norm, above=0, allow_none=True)
+        self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
+        self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
+        self.monitor = str(monitor)
+        self._optimizer_arg = optimizer
+        self._params_arg = params
+        self._scheduler_arg = scheduler
+        # Set by bind(): the engine's model is on its device by then.
+        self.params: list[nn.Parameter] = []
+        self.optimizer: torch.optim.Optimizer = None  # type: ignore[assignment]
+        self.scheduler: Any = None
+        self.steps = 0  # times this optimizer stepped (saved in checkpoints)
+        self.prefix = f"{name}/" if name else ""
+        # The current accumulation window (never saved: checkpoints fall between windows).
+        self.window_applied = 0  # micro-batches whose gradients were kept
+        self.window_synced = False  # did a backward of this window all-reduce gradients?
+        # The window's last loss and logs, checked with the gradients before the step.
+        self.pending: tuple[torch.Tensor, Any] | None = None
+
+    def bind(self, default_params: list[nn.Parameter] | None) -> None:
+        """Build the optimizer and scheduler; ``default_params`` (the model's trainable
+        parameters) serve a one-optimizer engine whose factory was given no ``params``."""
+        params = self._params_arg
+        if isinstance(params, nn.Module):
+            params = params.parameters()
+        if isinstance(self._optimizer_arg, torch.optim.Optimizer):
+            self.optimizer = self._optimizer_arg
+            found = [p for g in self.optimizer.param_groups for p in g["params"]]
+            self.params = [p for p in found if p.requires_grad]
+        elif callable(self._optimizer_arg):  # Hydra's _partial_ is no functools.partial
+            if params is None and default_params is None:
+                raise BeyondfitError(self._where("builds its optimizer from a factory but has no "
+                                                 "params"))
+            chosen = default_params if params is None else list(params)
+            self.params = [p for p in chosen if p.requires_grad]
+            if not self.params:
+                raise BeyondfitError(self._where("has no trainable parameters"))
+            self.optimizer = self._optimizer_arg(self.params)
+            if not isinstance(self.optimizer, torch.optim.Optimizer):
+                raise BeyondfitError(
+                    f"the optimizer factory returned {type(self.optimizer).__name__}, not a "
+                    "torch Optimizer"
+                )
+        else:
+            raise BeyondfitError(
+                "optimizer must be a torch Optimizer or a callable params -> Optimizer, "
+                f"got {type(self._optimizer_arg).__name__}"
+            )
+        if not self.params:
+            raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
+        self.scheduler = _build_scheduler(self._scheduler_arg, self.optimizer)
+
+    @property
+    def plateau(self) -> bool:
+        """Is the scheduler a ``ReduceLROnPlateau`` (stepped with a validation value)?"""
+        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+
+    def due(self, global_step: int) -> bool:
+        """Does this optimizer step in engine step ``global_step + 1``?"""
+        return self.every == 1 or (global_step + 1) % self.every == 0
+
+    def lr(self) -> float:
+        """The first parameter group's learning rate (logged as ``lr``)."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def grad_norm(self) -> torch.Tensor:
+        """The global 2-norm of this optimizer's gradients, on the device, without a sync."""
+        grads = [p.grad for p in self.params if p.grad is not None]
+        if not grads:
+            return torch.zeros(())
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+
+    def clip(self) -> torch.Tensor | None:
+        """Clip by norm and value as configured; returns the pre-clip norm when tracked."""
+        norm = None
+        if self.track_grad_norm:
+            max_norm = self.clip_norm if self.clip_norm is not None else math.inf
+            norm = torch.nn.utils.clip_grad_norm_(self.params, max_norm)
+        if self.clip_value is not None:
+            torch.nn.utils.clip_grad_value_(self.params, self.clip_value)
+        return norm
+
+    def take_foreign_gradients(self) -> bool:
+        """Drop gradients this optimizer's parameters hold at the start of a window.
+
+        The engine clears them after every step, so any found here came from outside: another
+        engine's backward through shared modules, or user code. Returns whether there were any.
+        """
+        found = False
+        for p in self.params:
+            if p.grad is not None:
+                p.grad = None
+                found = True
+        return found
+
+    def state_dict(self) -> dict[str, Any]:
+        """Optimizer, scheduler and step count."""
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
+        if self.scheduler is not None:
+            state["scheduler"] = self.scheduler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any], source: str) -> None:
+        """Restore :meth:`state_dict`; another optimizer's state is a clear error."""
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BeyondfitError(
+                f"{source} holds optimizer state that does not fit this optimizer"
+                f"{self._for()} ({exc}); resume with the same optimizer settings"
+            ) from None
+        if self.scheduler is not None and "scheduler" in state:
+            self.scheduler.load_state_dict(state["scheduler"])
+        self.steps = int(state.get("steps", 0))
+
+    def _for(self) -> str:
+        return f" {self.name!r}" if self.name else ""
+
+    def _where(self, problem: str) -> str:
+        if self.name:
+            return f"Update {self.name!r} {problem}: give it the parameters it should train"
+        return (
+            "every parameter of the model has requires_grad=False: nothing to train; "
+            "unfreeze at least one parameter"
+        )
+
+
+def build_updates(loss_fn: Any, optimizer: Any, scheduler: Any, clip_norm: Any, clip_value: Any,
+             track_grad_norm: bool) -> list[Update]:
+    """The engine's optimizers: the Updates given, or one built from ``Engine``'s arguments."""
+    if isinstance(loss_fn, Sequence) and loss_fn and all(isinstance(u, Update) for u in loss_fn):
+        given = {"optimizer": optimizer, "scheduler": scheduler, "clip_norm": clip_norm,
+                 "clip_value": clip_value}
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise BeyondfitError(
+                f"with a list of Updates, give {', '.join(extra)} to each Update instead of "
+                "to the Engine"
+            )
+        names = [u.name for u in loss_fn]
+        if len(loss_fn) > 1 and (len(set(names)) != len(names) or "" in names):
+            raise BeyondfitError(
+                f"Update names {names} must be distinct and non-empty: they prefix the "
+                "logged values (NAME/loss)"
+            )
+        return list(loss_fn)
+    if not callable(loss_fn):
+        raise BeyondfitError(
+            "loss_fn must be a callable loss_fn(model, batch), or a list of Update objects"
+        )
+    if optimizer is None:
+        raise BeyondfitError(
+            "no optimizer: pass Engine(model, loss_fn, optimizer), e.g. "
+            "torch.optim.Adam(model.parameters(), 1e-3)"
+        )
+    return [Update("", loss_fn, optimizer, scheduler=scheduler, clip_norm=clip_norm,
+                   clip_value=clip_value, track_grad_norm=track_grad_norm)]
+
+
+def check_disjoint(updates: list[Update]) -> None:
+    """Refuse a parameter owned by two optimizers: two updates would fight over it."""
+    owner: dict[int, str] = {}
+    for update in updates:
+        for p in update.params:
+            other = owner.setdefault(id(p), update.name)
+            if other != update.name:
+                raise BeyondfitError(
+                    f"a parameter is in both optimizers {other!r} and {update.name!r}; give "
+                    "each Update its own parameters (a shared trunk belongs to one of them)"
+                )
+
+
+class OnlyUpdate:
+    """``engine.loss_fn`` and friends of a one-optimizer engine: its :class:`Update`'s.
+
+    With several optimizers there is no single one: reading it is an error naming them."""
+
+    def __init__(self, attribute: str) -> None:
+        self.attribute = attribute
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, engine: Any, owner: type | None = None) -> Any:
+        if engine is None:
+            return self
+        if not engine._single:
+            names = ", ".join(repr(u.name) for u in engine.updates)
+            raise AttributeError(
+                f"this engine has several optimizers ({names}): use "
+                f"engine.updates[i].{self.attribute}"
+            )
+        return getattr(engine.updates[0], self.attribute)
+
+    def __set__(self, engine: Any, value: Any) -> None:
+        if not engine._single:
+            raise AttributeError(f"set {self.attribute} on an Update of engine.updates")
+        setattr(engine.updates[0], self.attribute, value)
+
+
+def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> Any:
+    if scheduler is None:
+        return None
+    if hasattr(scheduler, "step") and hasattr(scheduler, "state_dict"):
+        return scheduler
+    if callable(scheduler):
+        return scheduler(optimizer)
+    raise BeyondfitError(
+        f"scheduler must be an LR scheduler or a callable optimizer -> scheduler, "
+        f"got {type(scheduler).__name__}"
+    )

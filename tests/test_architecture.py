@@ -1,0 +1,60 @@
+"""The layout ARCHITECTURE.md describes, held: layers, light imports, small modules."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "beyondfit"
+HEAVY = ("hydra", "omegaconf", "gymnasium", "matplotlib", "tensorboard", "torch.utils.tensorboard")
+ABOVE_CORE = ("beyondfit.rl", "beyondfit.tasks", "beyondfit.cli", "beyondfit.observers")
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (deferred imports included)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def test_importing_the_core_pulls_in_no_heavy_library() -> None:
+    probe = (
+        "import sys, beyondfit.core; "
+        "print('\\n'.join(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('hydra', 'omegaconf', 'gymnasium', 'matplotlib', 'tensorboard'))))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=PACKAGE.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+
+
+def test_core_source_names_no_upper_layer() -> None:
+    for path in sorted((PACKAGE / "core").glob("*.py")):
+        bad = {m for m in imported_modules(path) if m.startswith(ABOVE_CORE)}
+        bad |= {m for m in imported_modules(path) if m.split(".")[0] in HEAVY}
+        assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_lower_layers_do_not_import_the_command_line() -> None:
+    for folder in ("core", "distributed", "checkpoint", "observers", "data", "rl", "tasks"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            bad = {m for m in imported_modules(path) if m.startswith("beyondfit.cli")}
+            assert not bad, f"{folder}/{path.name} imports {sorted(bad)}"
+
+
+def test_the_top_level_holds_entry_points_only_and_modules_stay_small() -> None:
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 6, top
+    for path in PACKAGE.rglob("*.py"):
+        lines = len(path.read_text().splitlines())
+        assert lines <= 450, f"{path.relative_to(PACKAGE)} has {lines} lines"
+    for path in PACKAGE.iterdir():  # two levels at most
+        if path.is_dir() and path.name not in ("__pycache__", "conf"):
+            assert not [p for p in path.iterdir() if p.is_dir() and p.name != "__pycache__"], path

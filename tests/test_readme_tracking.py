@@ -1,0 +1,99 @@
+"""The README's tracking, search and seed-comparison commands, run exactly as typed in bash.
+
+Each test takes the command lines from the README's own code blocks, so the README and what
+is tested cannot drift apart. Only where the README writes a placeholder (``DATE``) is the
+real directory put in. Long runs: marked slow.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def commands(heading: str) -> list[str]:
+    """The command lines of the first bash block under ``heading`` in the README."""
+    text = README.read_text()
+    section = text[text.index(f"\n{heading}\n") :]
+    block = section[section.index("```bash\n") + 8 :]
+    return [line for line in block[: block.index("```")].splitlines() if line.strip()]
+
+
+def bash(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["bash", "-c", line], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=1800)  # fmt: skip
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """No tracker settings from the caller; W&B's caches kept inside ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    for name in ("DATA", "CACHE", "CONFIG"):
+        env[f"WANDB_{name}_DIR"] = str(tmp_path / f"wandb-{name.lower()}")
+    return env
+
+
+@pytest.mark.slow
+def test_readme_tracking_commands(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    from mlflow import MlflowClient
+    from wandb_records import offline_runs
+
+    lines = commands("### Tracking runs: Weights & Biases and MLflow")
+    assert len(lines) == 2 and "logger=[csv,mlflow]" in lines[0]
+    env = clean_env(tmp_path)
+    for line in lines:
+        result = bash(line, tmp_path, env)
+        assert result.returncode == 0, (line, result.stderr[-3000:])
+    mlflow_dir, wandb_dir = sorted((tmp_path / "outputs" / "regression").iterdir())
+    # MLflow's default store, where the command was typed.
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    (tracked,) = client.search_runs([client.get_experiment_by_name("beyondfit").experiment_id])
+    assert tracked.info.status == "FINISHED"
+    assert tracked.data.tags["beyondfit.run_dir"] == str(mlflow_dir)
+    assert len(client.get_metric_history(tracked.info.run_id, "val_loss")) == 120
+    assert [a.path for a in client.list_artifacts(tracked.info.run_id)] == ["curves.png"]
+    (offline,) = offline_runs(wandb_dir)
+    assert offline.exit_code == 0 and offline.config["train"]["epochs"] == 120
+    assert len([r for r in offline.history if "val_loss" in r]) == 120
+    assert offline.artifacts[0][2] == ["curves.png"]
+
+
+@pytest.mark.slow
+def test_readme_search_commands(tmp_path: Path) -> None:
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
+    lines = commands("### Hyperparameter searches: Optuna")
+    assert len(lines) == 2
+    env = clean_env(tmp_path)
+    for line, task, trials in zip(lines, ("cartpole", "regression"), (6, 4)):
+        result = bash(line, tmp_path, env)
+        assert result.returncode == 0, (line, result.stderr[-3000:])
+        (sweep,) = (tmp_path / "multirun" / task).iterdir()
+        assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == [
+            str(i) for i in range(trials)
+        ]
+        results = OmegaConf.load(sweep / "optimization_results.yaml")
+        assert results.best_params and isinstance(results.best_value, float)
+
+
+@pytest.mark.slow
+def test_readme_five_seed_comparison(tmp_path: Path) -> None:
+    sweep_line, compare_line = commands("### Sweeps and comparing runs")[:2]
+    assert "seed=0,1,2,3,4" in sweep_line
+    env = clean_env(tmp_path)
+    result = bash(sweep_line, tmp_path, env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (sweep,) = (tmp_path / "multirun" / "regression").iterdir()
+    compare_line = compare_line.replace("multirun/regression/DATE", str(sweep))
+    compared = bash(compare_line, tmp_path, env)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    iqm_rows = [line for line in compared.stdout.splitlines()
+                if line.startswith("| `optimizer.lr=") and "[" in line]  # fmt: skip
+    assert len(iqm_rows) == 2 and all(" | 5 | " in row for row in iqm_rows)
+    assert (sweep / "compare_scores.png").is_file()
