@@ -16,8 +16,7 @@ def main() -> None:
     signal.signal(signal.SIGINT, _interrupted_while_starting)  # nothing has started yet
     from beyondfit.cli.app import main as cli_main
 
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # cli_main handles it from here
-    cli_main()
+    cli_main()  # which puts Python's KeyboardInterrupt back, inside its own try
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ import importlib.util
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -198,6 +200,11 @@ def main() -> None:
     line and status 130; during training it checkpoints first (GracefulInterrupt).
     """
     try:
+        # Until now SIGINT exited at once (beyondfit/__main__.py); from here it raises
+        # KeyboardInterrupt, caught below. Switched inside the try: a Ctrl-C that lands
+        # while the handler is being switched is caught too.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         _main()
     except KeyboardInterrupt:
         interrupted()

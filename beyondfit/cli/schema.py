@@ -153,8 +153,8 @@ def check_learning_rate(lr: Any) -> float:
     The bound is a sanity limit, not a tuning hint: every update is ``lr`` times a
     gradient-sized quantity, so ``1e300`` overflows the float32 weights at the first step
     (torch then fails with "value cannot be converted to type float without overflow"), and
-    anything above 1e3 diverges on any problem that is not pathologically scaled. A value
-    like ``1e3`` typed for ``1e-3`` is exactly what it catches.
+    anything above 1e3 diverges on any problem that is not pathologically scaled. It also
+    catches an exponent that lost its minus sign (``1e5`` for ``1e-5``).
     """
     # finite=False: NaN and inf fail the bounds anyway, with the bound in the message.
     return check_number("optimizer.lr", lr, above=0, at_most=LR_MAX, finite=False,
@@ -193,12 +193,9 @@ def _optional(spec: Any) -> bool:
 
 
 def _one_of(value: Any, choices: tuple[Any, ...]) -> bool:
+    # Hydra reads `true` as a boolean, and a field typed Any keeps it one: compare as text.
     text = str(value).lower()
-    return any(
-        value is choice or (isinstance(choice, str) and text == choice) for choice in choices
-    ) or (isinstance(value, str) and text in ("true", "false") and any(
-        isinstance(c, bool) for c in choices
-    ))
+    return any(text == str(choice).lower() for choice in choices)
 
 
 # ---------------------------------------------------------------------- Hydra's errors, one line
