@@ -8,6 +8,7 @@ from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
 from beyondfit.core import (
     BeyondfitError,
     Callback,
+    EarlyStopping,
     Engine,
     StopRule,
     move_to_device,
@@ -24,6 +25,7 @@ __all__ = [
     "Checkpointer",
     "ConsoleLogger",
     "CsvFile",
+    "EarlyStopping",
     "Engine",
     "GracefulInterrupt",
     "MetricsFile",
