@@ -47,9 +47,9 @@ def test_default_regression_run_beats_least_squares_minus_margin(tmp_path: Path)
     assert model_r2 >= ols_r2 - 0.02
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in rows if r["kind"] == "epoch"]
-    # Early stopping ends the 300-epoch budget once val_loss stops improving for 20 epochs.
+    # Early stopping ends the 300-epoch budget once val_loss stops improving for 10 epochs.
     assert [r["epoch"] for r in epochs] == list(range(1, len(epochs) + 1))
-    assert 20 < len(epochs) < 300
+    assert 10 < len(epochs) < 300
     assert "early stopping: stopped early; best val_loss" in result.stdout
     best = min(r["val_loss"] for r in epochs)
     restored = next(r for r in epochs if r["val_loss"] == best)

@@ -32,7 +32,7 @@ log = logging.getLogger("beyondfit")
 #: ``task.data`` keys the supervised tasks understand.
 DATA_KEYS = ("path", "target", "missing")
 #: Early stopping when a task is built without saying (the task yamls say the same).
-DEFAULT_EARLY_STOPPING: Mapping[str, Any] = MappingProxyType({"patience": 20})
+DEFAULT_EARLY_STOPPING: Mapping[str, Any] = MappingProxyType({"patience": 10})
 
 
 @dataclass
