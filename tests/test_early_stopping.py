@@ -62,6 +62,14 @@ def test_stops_after_patience_and_restores_the_best_weights() -> None:
     assert e.stopped_by == "val_loss did not improve for 2 evaluations (best 0 at epoch 3)"
 
 
+def test_another_fit_after_a_stop_gets_patience_again() -> None:
+    stopper = EarlyStopping("val_loss", patience=2)
+    e = engine(stopper)
+    e.fit(ONE_STEP, epochs=50, val_data=VAL)  # stops after epoch 5, restores w = 3
+    e.fit(ONE_STEP, epochs=50, val_data=VAL)  # w = 4, 5: two misses again, back to w = 3
+    assert len(e.history) == 7 and stopper.stopped and e.model.w.item() == 3.0
+
+
 def test_mode_max_min_delta_and_no_restore() -> None:
     # val_gap = w - 3 rises by 1 per epoch: never stops with min_delta < 1 ...
     rising = EarlyStopping("val_gap", mode="max", patience=1, min_delta=0.5)

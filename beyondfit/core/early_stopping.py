@@ -100,7 +100,13 @@ class EarlyStopping(Callback):
         return value > self.best + self.min_delta
 
     def on_fit_start(self, engine: Engine) -> None:
-        """A new ``fit`` call: nothing restored yet; the starting weights may be the best."""
+        """A new ``fit`` call: nothing restored yet; the starting weights may be the best.
+
+        After a ``fit`` this callback stopped, another ``fit`` gets ``patience`` evaluations
+        again (the best so far still counts); a resumed run keeps its count.
+        """
+        if self.stopped:
+            self.wait = 0
         self.stopped = False
         self.restored = False
         fresh = self.seen == 0 and self._best_weights is None  # not a resumed run

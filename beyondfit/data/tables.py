@@ -273,10 +273,8 @@ def _read_npz(path: Path) -> Table:
     x = x.reshape(len(x), -1)
     features = [_npz_column(path, f"x{j}", "x", x[:, j], labels) for j in range(x.shape[1])]
     y = y.reshape(len(y), -1)
-    if y.shape[1] == 1 or not np.issubdtype(y.dtype, np.number):
-        target = _npz_column(path, "y", "y", y[:, 0] if y.shape[1] == 1 else y, labels)
-    else:  # several numeric outputs stay one 2-D column
-        target = _npz_column(path, "y", "y", y, labels)
+    # Several numeric outputs (multi-output regression) stay one 2-D column.
+    target = _npz_column(path, "y", "y", y[:, 0] if y.shape[1] == 1 else y, labels)
     return Table(path, features, target, labels)
 
 

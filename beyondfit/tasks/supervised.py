@@ -43,7 +43,9 @@ class Features:
         train: training inputs, standardized with their own mean and standard deviation.
         val: validation inputs, standardized with the training statistics.
         encoding: how the table's columns became inputs (fitted on training rows).
-        mean: per-input training mean; ``std``: per-input training standard deviation.
+        mean: per-input training mean; ``std``: per-input training standard deviation
+            (1 for an input constant over the training rows).
+        extra: what the task adds to the saved record (target name, classes, target scaling).
     """
 
     train: torch.Tensor
@@ -118,7 +120,10 @@ def prepare_features(
             "needs more rows than columns: add rows or drop columns"
         )
     mean = x[train_rows].mean(0)
-    std = x[train_rows].std(0).nan_to_num(0.0).clamp_min(1e-8)
+    std = x[train_rows].std(0).nan_to_num(0.0)
+    # A column constant over the training rows stays as it is (scale 1), rather than
+    # turning a different validation value into a huge input.
+    std = torch.where(std > 1e-8, std, torch.ones_like(std))
     x = (x - mean) / std
     return Features(x[train_rows], x[val_rows], encoding, mean, std)
 
