@@ -109,7 +109,7 @@ class EarlyStopping(Callback):
             self.wait = 0
         self.stopped = False
         self.restored = False
-        fresh = self.seen == 0 and self._best_weights is None  # not a resumed run
+        fresh = engine.global_step == 0 and self.seen == 0  # the weights it starts from
         start = self.start_logs
         if fresh and start is not None and self._improved(start[self.monitor]):
             self.best = start[self.monitor]
