@@ -8,6 +8,7 @@ from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
 from beyondfit.core import (
     BeyondfitError,
     Callback,
+    EarlyStopping,
     Engine,
     StopRule,
     Update,
@@ -25,6 +26,7 @@ __all__ = [
     "Checkpointer",
     "ConsoleLogger",
     "CsvFile",
+    "EarlyStopping",
     "Engine",
     "GracefulInterrupt",
     "MetricsFile",

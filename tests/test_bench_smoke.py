@@ -127,3 +127,21 @@ def test_cartpole_bench_runs_beyondfit_the_raw_loop_and_the_throughput_table():
         assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
     collector, bare, with_critic = cartpole.throughput(8, env_steps=512, repeats=1)
     assert min(collector, bare, with_critic) > 0
+
+
+def test_tabular_bench_scores_every_model_on_held_out_rows():
+    pytest.importorskip("torchmetrics")
+    tabular = _load("tabular")
+    problems = [
+        tabular.Problem("tiny", "smooth 120x4", "regression",
+                        lambda: tabular.smooth_table(120, 4), True),
+        tabular.Problem("wine", "wine", "classification", lambda: tabular.wine()[:2]),
+    ]
+    results = {p.name: tabular.measure(p, 1, ["train.epochs=40", "plots=false"])
+               for p in problems}
+    for result in results.values():
+        assert set(result["score"]) == {"beyondfit", "beyondfit val", "MLP", "HGB", "linear"}
+        assert result["time"]["beyondfit"] > 0 and result["time"]["MLP"] > 0
+    assert results["wine"]["score"]["beyondfit"] > 0.8  # scored on rows the run never saw
+    text = tabular.table(results, problems)
+    assert "| smooth 120x4 | R² |" in text and "| wine | accuracy |" in text

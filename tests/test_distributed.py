@@ -485,7 +485,10 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path: Path) -> None:
-    result = torchrun("+task=regression", "train.epochs=3", "device=cpu", cwd=tmp_path)
+    # No early stopping: the final checkpoint holds the last evaluated weights, not restored
+    # best ones, so it can be scored against the last logged validation row.
+    no_stop = "task.early_stopping=null"
+    result = torchrun("+task=regression", "train.epochs=3", "device=cpu", no_stop, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     # One Hydra run directory (rank 0 composed it); nothing else appeared where we ran.
     assert [p.name for p in tmp_path.iterdir()] == ["outputs"]
@@ -505,7 +508,7 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     # final checkpoint gets the same numbers.
     (checkpoint,) = (run_dir / "checkpoints").glob("step-*.pt")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose(config_name="config", overrides=["+task=regression", "device=cpu"])
+        cfg = compose(config_name="config", overrides=["+task=regression", "device=cpu", no_stop])
     task = build_task(cfg.task)
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
                     strategy="none")
@@ -519,7 +522,7 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     # ... and the run continues in one process, in the same directory.
     resumed = subprocess.run(
         [sys.executable, "-m", "beyondfit", "+task=regression", f"resume={run_dir}",
-         "train.epochs=4", "device=cpu"],
+         "train.epochs=4", "device=cpu", no_stop],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -79,6 +79,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
+    callbacks += task.callbacks  # e.g. early stopping: before the checkpointer's final save
     options = engine_options(cfg.engine)
     options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
