@@ -49,7 +49,12 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
 
 def make_env(meta: dict, **kwargs: object) -> gym.Env:
     """The env a policy was trained on, with the wrappers it was trained with."""
-    env = gym.make(env_spec(meta["env"]), **kwargs)
+    try:
+        env = gym.make(env_spec(meta["env"]), **kwargs)
+    except gym.error.DependencyNotInstalled:
+        raise
+    except Exception as exc:
+        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
     wrappers = meta.get("wrappers", [])
     if wrappers is None:
         raise BeyondfitError(
@@ -73,7 +78,8 @@ def play(
         raise BeyondfitError(
             "recording a video needs moviepy: pip install moviepy (or run without --video)"
         )
-    env = make_env(meta, render_mode="rgb_array" if video is not None else None)
+    # Only when recording: an env of one's own need not take a render_mode argument.
+    env = make_env(meta, **({"render_mode": "rgb_array"} if video is not None else {}))
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))
