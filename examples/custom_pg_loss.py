@@ -14,10 +14,13 @@ Through the Python API (this script):
 
     python examples/custom_pg_loss.py --total-env-steps 30000
 
-The same loss from the command line, with checkpoints, logs and plots (from examples/, so that
-``custom_pg_loss`` is importable; PPO's collector settings, one override):
+The same loss from the command line, with checkpoints, logs and plots: one override on top of
+PPO's collector settings, from the directory of this file (the launch directory is importable):
 
-    cd examples && python -m beyondfit +task=cartpole task.loss._target_=custom_pg_loss.kl_penalty_loss
+    cd examples
+    python -m beyondfit +task=cartpole task.loss._target_=custom_pg_loss.kl_penalty_loss
+
+(PPO's ``clip_coef`` is left out with a warning: ``kl_penalty_loss`` takes no such option.)
 """
 
 from __future__ import annotations

@@ -91,7 +91,8 @@ def test_a_users_env_and_wrappers_train_from_the_command_line_and_play(tmp_path:
 @pytest.mark.parametrize(
     ("env_id", "words"),
     [
-        ("nosuchmodule:Corridor-v0", ["cannot import module 'nosuchmodule'", "directory you launch"]),
+        ("nosuchmodule:Corridor-v0",
+         ["cannot import module 'nosuchmodule'", "directory you launch"]),
         ("badenvs:Corridor-v0", ["importing module 'badenvs' raised RuntimeError: no"]),
         ("myenvs:Nowhere-v0", ["unknown Gymnasium env id", "MODULE:ID"]),
     ],
