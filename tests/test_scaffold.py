@@ -74,42 +74,6 @@ def test_beyondfit_new_is_the_scaffold(tmp_path: Path) -> None:
     assert "critic: false" in (tmp_path / "conf/task/probe.yaml").read_text()
 
 
-def test_from_an_empty_directory_scaffold_run_sweep_compare_resume(tmp_path: Path) -> None:
-    """The acceptance path of issue 12 on a supervised task of one's own."""
-    assert run("python", "-m", "beyondfit.new", "spirals", cwd=tmp_path).returncode == 0
-    trained = run("python", "-m", "beyondfit", "--config-dir", "conf", "+task=spirals",
-                  cwd=tmp_path)
-    assert trained.returncode == 0, trained.stderr
-    (run_dir,) = (tmp_path / "outputs" / "spirals").iterdir()
-    last = rows(run_dir)[-1]
-    assert last["epoch"] == 20 and last["val_accuracy"] > 0.9  # measured 0.98
-    assert (run_dir / "curves.png").is_file() and (run_dir / "metrics.csv").is_file()
-    assert list((run_dir / "checkpoints").glob("step-*.pt"))
-
-    swept = run("python", "-m", "beyondfit", "--config-dir", "conf", "-m", "+task=spirals",
-                "seed=0,1", "train.epochs=2", "hydra.sweep.dir=sweep", cwd=tmp_path)
-    assert swept.returncode == 0, swept.stderr
-    assert [rows(tmp_path / "sweep" / job)[-1]["epoch"] for job in "01"] == [2, 2]
-    compared = run("python", "-m", "beyondfit.compare", "sweep", cwd=tmp_path)
-    assert compared.returncode == 0, compared.stderr
-    assert (tmp_path / "sweep" / "compare.png").is_file()
-    assert "| `spirals` | 2 |" in (tmp_path / "sweep" / "compare.md").read_text()
-
-    resumed = run("python", "-m", "beyondfit", "--config-dir", "conf", "+task=spirals",
-                  "train.epochs=22", f"resume={run_dir}", cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr
-    epochs = [r["epoch"] for r in rows(run_dir) if r.get("kind") == "epoch"]
-    assert epochs == list(range(1, 23))  # the same run went on: one row per epoch
-
-
-def test_the_scaffolded_test_passes(tmp_path: Path) -> None:
-    assert run("python", "-m", "beyondfit.new", "spirals", cwd=tmp_path).returncode == 0
-    tested = run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                 "tests/test_spirals.py", cwd=tmp_path)
-    assert tested.returncode == 0, tested.stdout + tested.stderr
-    assert "2 passed" in tested.stdout
-
-
 def test_a_users_policy_gradient_loss_runs_with_checkpoints_logs_and_plots(
     tmp_path: Path,
 ) -> None:

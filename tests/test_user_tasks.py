@@ -130,15 +130,20 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
     check_choices(["--config-dir", "conf", "+task=mine"])  # known: no exit
     check_choices(["--config-dir=conf", "-m", "+task=mine,other"])
     check_choices(["hydra.searchpath=[file://conf]", "+task=other"])
-    for args in (["--config-dir", "conf", "+task=nine"], ["+task=mine"]):
+    for args in (["--config-dir", "conf", "+task=nine"], ["+task=mine"],
+                 ["+task=cartpole", "algo=dqn"]):
         with pytest.raises(SystemExit) as info:
             check_choices(args)
         assert info.value.code == 2
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2
+    assert len(err) == 3
     assert "unknown task 'nine'; available: acrobot, autoencoder, cartpole, mine, other" in err[0]
     assert f"looked for nine.yaml in {tmp_path / 'conf' / 'task'}" in err[0]
     assert "unknown task 'mine'" in err[1] and "--config-dir DIR" in err[1]
+    assert "unknown algo 'dqn'; available: a2c, ppo, ppo_acrobot, ppo_pendulum, reinforce" in (
+        err[2]
+    )
+    assert "(pick with algo=NAME; your own: DIR/algo/dqn.yaml with --config-dir DIR)" in err[2]
 
 
 def test_a_missing_config_dir_is_one_line(tmp_path: Path) -> None:
