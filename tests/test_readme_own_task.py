@@ -87,16 +87,15 @@ def my_loss(beta: float = 3.0, vf_coef: float = 0.5):
     return loss_fn
 '''
 
-USER_ALGO = """\
-# @package _global_
-defaults:
-  - ppo
-  - _self_
-task:
-  loss:
-    _target_: mymod.my_loss
+USER_ALGO = (ROOT / "conf" / "algo" / "ppo.yaml").read_text().replace(
+    """    _target_: beyondfit.rl.losses.ppo_loss
+    clip_coef: 0.2
+    vf_coef: 0.5
+    ent_coef: 0.0
+    normalize_advantages: true
+""", """    _target_: mymod.my_loss
     beta: 1.0
-"""
+""")
 
 USER_ENVS = '''
 import gymnasium as gym
@@ -128,6 +127,7 @@ def test_the_readmes_loss_and_env_commands_run_and_solve(tmp_path: Path) -> None
     (tmp_path / "mymod.py").write_text(USER_LOSS)
     (tmp_path / "myenvs.py").write_text(USER_ENVS)
     (tmp_path / "conf" / "algo").mkdir(parents=True)
+    assert "mymod.my_loss" in USER_ALGO  # a copy of conf/algo/ppo.yaml with the loss replaced
     (tmp_path / "conf" / "algo" / "mine.yaml").write_text(USER_ALGO)
     lines = section_commands()[1] + section_commands()[2]
     assert len(lines) == 4

@@ -119,7 +119,7 @@ def test_a_wrapper_without_partial_says_to_add_it(tmp_path: Path) -> None:
         build_task(cfg)
     message = str(info.value)
     assert message.startswith("task.wrappers[0] (gymnasium.wrappers.TimeLimit) raised TypeError")
-    assert "add _partial_: true" in message and "\n" not in message
+    assert "needs _partial_: true" in message and "\n" not in message
     not_a_factory = [{"_target_": "gymnasium.make", "id": "CartPole-v1"}]
     cfg.wrappers = not_a_factory  # an env, not a wrapper factory
     with pytest.raises(BeyondfitError, match=r"task.wrappers\[0\] is TimeLimit, not a wrapper"):

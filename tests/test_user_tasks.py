@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from beyondfit import BeyondfitError
 from beyondfit.cli.app import check_choices
 from beyondfit.cli.builders import build_task
+from beyondfit.cli.targets import swapped_targets
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -206,16 +207,23 @@ def test_a_swapped_builder_gets_only_the_options_it_takes(
 
     user_project(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = ["+task=regression", "task._target_=mymod.build", "task.batch_size=50"]
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", ["+task=regression", "task._target_=mymod.build",
-                                 "task.batch_size=50"])
+        cfg = compose("config", overrides)
+    assert swapped_targets(overrides) == {"task"}
     with caplog.at_level("WARNING", logger="beyondfit"):
-        task = build_task(cfg.task)
+        task = build_task(cfg.task, swapped_targets(overrides))
     assert task.train_data.batch_size == 50  # passed: mymod.build takes batch_size
     assert caplog.messages == [
         "task: mymod.build takes no option(s) data, dropout, hidden, val_fraction, wide; left out"
     ]
     assert cfg.task.wide is True  # the run's config (what checkpoints store) keeps them all
+    with pytest.raises(BeyondfitError) as info:  # not swapped: an option too many is a mistake
+        build_task(cfg.task, swapped=[])
+    assert str(info.value) == (
+        "task: mymod.build takes no option(s) data, dropout, hidden, val_fraction, wide; "
+        "its options: batch_size, seed, width"
+    )
 
 
 def test_swapping_the_builder_on_the_command_line_runs(tmp_path: Path) -> None:
@@ -227,3 +235,16 @@ def test_swapping_the_builder_on_the_command_line_runs(tmp_path: Path) -> None:
         done.stdout + done.stderr
     )
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
+
+
+def test_the_resume_command_keeps_the_config_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beyondfit.cli.app import config_dir_args
+
+    monkeypatch.chdir(tmp_path)
+    args = ["--config-dir", "conf", "+task=mine", "-cd=other", "hydra.searchpath=[file://x]"]
+    assert config_dir_args(args) == [
+        "--config-dir", str(tmp_path / "conf"), "--config-dir", str(tmp_path / "other"),
+        "hydra.searchpath=[file://x]",
+    ]

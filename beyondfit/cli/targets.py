@@ -8,10 +8,12 @@ import or a missing name is one :class:`BeyondfitError` naming the config key; t
 fitted to its target's signature; then Hydra calls them, and an exception raised inside the
 user's code comes back as one line naming the key, the target and where in the user's file.
 
-Fitting to the signature is what makes a swap work the way Hydra users expect from switching an
-implementation: ``+task=regression task._target_=mymod.build`` or ``algo=a2c
-task.loss._target_=mymod.my_loss`` keeps the options the new target takes, and leaves out (with
-one warning line naming them) those it does not take. A target with ``**kwargs`` gets them all.
+Fitting to the signature is what makes a swap on the command line work:
+``+task=regression task._target_=mymod.build`` or ``task.loss._target_=mymod.my_loss`` keeps
+the options of the replaced config that the new target takes, and leaves out (with one warning
+line naming them) those it does not take. Anywhere else an option the target does not take is a
+mistake (a typo, ``+task.nosuch=1``): one error line naming the options it does take. A target
+with ``**kwargs`` gets every option.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import inspect
 import logging
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +122,24 @@ def accepted_options(target: Callable[..., Any]) -> set[str] | None:
     return {p.name for p in parameters if p.kind in kinds}
 
 
-def fit_to_targets(section: DictConfig, key: str) -> None:
-    """Locate every ``_target_`` in ``section`` and drop the options its target does not take.
+def swapped_targets(overrides: Iterable[str]) -> set[str]:
+    """The config keys whose ``_target_`` a command-line override replaced:
+    ``["task._target_=mymod.build", "+task.loss._target_=m.f"]`` -> ``{"task", "task.loss"}``."""
+    swapped = set()
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if key.endswith("._target_"):
+            swapped.add(key[: -len("._target_")])
+    return swapped
 
-    Edits ``section`` in place (pass a copy); each dropped set is one warning line, e.g.
-    ``task: mymod.build takes no option(s) dropout, hidden; left out``.
+
+def fit_to_targets(section: DictConfig, key: str, swapped: Collection[str] = ()) -> None:
+    """Locate every ``_target_`` in ``section`` and check its options against its signature.
+
+    Options a target does not take are an error, except in the nodes named in ``swapped``
+    (their ``_target_`` was replaced on the command line; ``"*"``: all), where they are left out
+    with one warning line, e.g. ``task: mymod.build takes no option(s) dropout, hidden; left out``.
+    Edits ``section`` in place (pass a copy).
     """
     for node, where in list(_nodes(section, key)):
         target = locate(node._target_, where)
@@ -132,17 +147,24 @@ def fit_to_targets(section: DictConfig, key: str) -> None:
         if accepted is None:
             continue
         extra = sorted(str(k) for k in node if k not in _HYDRA_KEYS and k not in accepted)
-        if extra:
-            log.warning(
-                "%s: %s takes no option(s) %s; left out",
-                where, node._target_, ", ".join(extra),
+        if not extra:
+            continue
+        if where not in swapped and "*" not in swapped:
+            raise BeyondfitError(
+                f"{where}: {node._target_} takes no option(s) {', '.join(extra)}; its options: "
+                f"{', '.join(sorted(accepted)) or 'none'}"
             )
-            for name in extra:
-                del node[name]
+        log.warning("%s: %s takes no option(s) %s; left out", where, node._target_,
+                    ", ".join(extra))
+        for name in extra:
+            del node[name]
 
 
-def instantiate_section(section: DictConfig, key: str) -> Any:
+def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] = ()) -> Any:
     """Instantiate ``section`` (and the targets nested in it) with one-line errors.
+
+    ``swapped``: the keys whose ``_target_`` the command line replaced (see
+    :func:`fit_to_targets`).
 
     Errors the user's code raises as :class:`BeyondfitError` pass through unchanged; any other
     exception becomes ``KEY (TARGET) raised TYPE: MESSAGE (at FILE:LINE)``.
@@ -152,7 +174,7 @@ def instantiate_section(section: DictConfig, key: str) -> Any:
 
     # A resolved copy: the run's config keeps every option (checkpoints store it).
     section = OmegaConf.create(OmegaConf.to_container(section, resolve=True))
-    fit_to_targets(section, key)
+    fit_to_targets(section, key, swapped)
     # Hydra names a failing node by its key below the section, list items run together
     # (wrappers0); the walk knows it as task.wrappers[0], and the target as the user spelled it.
     named = {
@@ -173,7 +195,8 @@ def instantiate_section(section: DictConfig, key: str) -> Any:
         message = " ".join(str(cause).split()) or "(no message)"
         hint = ""
         if where != key and isinstance(cause, TypeError) and "required positional" in message:
-            hint = "; if it is to be called later (an env wrapper), add _partial_: true"
+            hint = ("; a function to be called later (an env wrapper, a loss closure itself) "
+                    "needs _partial_: true")
         raise BeyondfitError(
             f"{where} ({name}) raised {type(cause).__name__}: {message}{_where(cause)}{hint}"
         ) from None
