@@ -42,16 +42,16 @@ def build(seed: int = 0, width: int = 8, batch_size: int = 32):
                 val_data=[(x[200:], y[200:])])
 
 
-def raises(seed: int = 0):
+def raises(seed: int = 0, width: int = 8):
     size = -1
     return torch.zeros(size)  # a bug in the user's builder
 
 
-def wrong_type(seed: int = 0):
+def wrong_type(seed: int = 0, width: int = 8):
     return {"model": None}
 
 
-def bad_model(seed: int = 0):
+def bad_model(seed: int = 0, width: int = 8):
     task = build(seed)
     task.model = "not a module"
     return task
