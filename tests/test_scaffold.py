@@ -97,7 +97,7 @@ def test_a_users_policy_gradient_loss_runs_with_checkpoints_logs_and_plots(
 
 @pytest.mark.slow
 def test_a_users_reinforce_without_critic_solves_cartpole(tmp_path: Path) -> None:
-    """Measured: solved after 24,576 env steps (seed 0; seeds 0-2: 24,576, 14,336, 14,336)."""
+    """Measured: solved after 24,576 env steps (seed 0); seeds 0-7: 7 solved, median 16,384."""
     assert run("python", "-m", "beyondfit.new", "vpg", "--kind", "rl",
                cwd=tmp_path).returncode == 0
     trained = run("python", "-m", "beyondfit", "--config-dir", "conf", "+task=vpg",
