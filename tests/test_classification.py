@@ -24,13 +24,9 @@ from beyondfit.data.tables import Column, Table
 from beyondfit.tasks import classification
 from beyondfit.tasks.classification import class_labels, confusion_matrix, stratified_split
 
+from kit import cli
+
 pytest.importorskip("torchmetrics")
-
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m beyondfit`` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "beyondfit", *args],
-                          capture_output=True, text=True, timeout=300, cwd=cwd)
 
 
 def config(*overrides: str):

@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,11 +21,7 @@ from beyondfit.data.encoding import fit_encoding
 from beyondfit.data.tables import read_table
 from beyondfit.tasks import classification, regression
 
-
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m beyondfit`` as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "beyondfit", *args],
-                          capture_output=True, text=True, timeout=300, cwd=cwd)
+from kit import cli
 
 
 def one_line_exit_2(result: subprocess.CompletedProcess[str], *needles: str) -> str:
