@@ -117,7 +117,7 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
     user_project(tmp_path, mine="mymod.build", other="mymod.build")
     help_text = cli("--config-dir", "conf", "--help", cwd=tmp_path)
     assert help_text.returncode == 0
-    assert "task: acrobot, autoencoder, cartpole, mine, other, pendulum, regression" in (
+    assert "task: acrobot, autoencoder, cartpole, classification, mine, other, pendulum, regression" in (
         help_text.stdout
     )
     monkeypatch.chdir(tmp_path)
@@ -131,7 +131,7 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
         assert info.value.code == 2
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3
-    assert "unknown task 'nine'; available: acrobot, autoencoder, cartpole, mine, other" in err[0]
+    assert "unknown task 'nine'; available: acrobot, autoencoder, cartpole, classification, mine, other" in err[0]
     assert f"looked for nine.yaml in {tmp_path / 'conf' / 'task'}" in err[0]
     assert "unknown task 'mine'" in err[1] and "--config-dir DIR" in err[1]
     assert "unknown algo 'dqn'; available: a2c, ppo, ppo_acrobot, ppo_pendulum, reinforce" in (
@@ -208,23 +208,24 @@ def test_a_swapped_builder_gets_only_the_options_it_takes(
         task = build_task(cfg.task, swapped_targets(overrides))
     assert task.train_data.batch_size == 50  # passed: mymod.build takes batch_size
     assert caplog.messages == [
-        "task: mymod.build takes no option(s) data, dropout, hidden, val_fraction, wide; left out"
+        "task: mymod.build takes no option(s) data, dropout, early_stopping, hidden, val_fraction, wide; left out"
     ]
     assert cfg.task.wide is True  # the run's config (what checkpoints store) keeps them all
     with pytest.raises(BeyondfitError) as info:  # not swapped: an option too many is a mistake
         build_task(cfg.task, swapped=[])
     assert str(info.value) == (
-        "task: mymod.build takes no option(s) data, dropout, hidden, val_fraction, wide; "
+        "task: mymod.build takes no option(s) data, dropout, early_stopping, hidden, val_fraction, wide; "
         "its options: batch_size, seed, width"
     )
 
 
 def test_swapping_the_builder_on_the_command_line_runs(tmp_path: Path) -> None:
     user_project(tmp_path)
-    done = cli("+task=regression", "task._target_=mymod.build", "hydra.run.dir=run",
-               "train.epochs=2", cwd=tmp_path)
+    # regression's batch_size is "auto", which mymod.build (batch_size: int) would receive.
+    done = cli("+task=regression", "task._target_=mymod.build", "task.batch_size=32",
+               "hydra.run.dir=run", "train.epochs=2", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "mymod.build takes no option(s) data, dropout, hidden, val_fraction, wide" in (
+    assert "mymod.build takes no option(s) data, dropout, early_stopping, hidden, val_fraction, wide" in (
         done.stdout + done.stderr
     )
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
