@@ -1,6 +1,24 @@
-"""``python -m beyondfit +task=NAME [key=value ...]``: see :mod:`beyondfit.cli.app`."""
+"""``python -m beyondfit +task=NAME [key=value ...]``: see :mod:`beyondfit.cli.app`.
 
-from beyondfit.cli.app import main
+Ctrl-C while torch and Hydra load (the first seconds) ends at once with one line and status
+130, like Ctrl-C at any later moment: until the command line is imported, SIGINT exits
+directly instead of raising KeyboardInterrupt, which an import inside a C extension can
+swallow (torch's import of NumPy does, leaving NumPy half-loaded and the run going on).
+"""
+
+import signal
+
+from beyondfit import _interrupted_while_starting
+
+
+def main() -> None:
+    """The ``beyondfit`` console script and ``python -m beyondfit``."""
+    signal.signal(signal.SIGINT, _interrupted_while_starting)  # nothing has started yet
+    from beyondfit.cli.app import main as cli_main
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # cli_main handles it from here
+    cli_main()
+
 
 if __name__ == "__main__":
     main()

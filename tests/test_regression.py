@@ -114,7 +114,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(
 @pytest.mark.parametrize(
     ("override", "message"),
     [("optimizer.lr=0", "optimizer.lr=0"), ("engine.clip_norm=-1", "clip_norm=-1"),
-     ("device=cuda:7", "device="), ("+engine.nosuch=1", "unknown engine option"),
+     ("device=cuda:7", "device="), ("+engine.nosuch=1", "unknown key .engine.nosuch."),
      ("train.stop=val_loss", "stop rule")],
 )
 def test_bad_config_values_are_clear(override: str, message: str, tmp_path: Path) -> None:

@@ -5,13 +5,12 @@ every ``every`` optimizer steps and when training ends, keeps the newest ``keep`
 and keeps ``best.pt``: the state at which a monitored metric was best. Every file is a
 complete :meth:`~beyondfit.core.engine.Engine.state_dict` (model, optimizer, scheduler, grad
 scaler, counters, RNG states, data position, callback states such as the metrics file's row
-count) plus the resolved config, written atomically: a kill at any moment leaves the
-previous file intact.
+count) plus the resolved config, written atomically with a checksum: a kill at any moment
+leaves the previous file intact, and damage to a file is detected when it is read. A state
+with NaN or inf in the weights or the optimizer's state is never written (a warning says
+so): resuming would only bring the divergence back.
 
-:func:`resume` takes a checkpoint file or a run directory. For a directory it loads the
-newest readable ``step-*.pt``; a truncated or corrupt newest file is skipped, with a
-warning, for the one before it. A file that would need arbitrary unpickling is refused,
-never executed, and never skipped silently.
+Finding the file to resume from is :mod:`beyondfit.checkpoint.resume`'s job.
 """
 
 from __future__ import annotations
@@ -19,12 +18,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.serialization import nonfinite_entries
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -165,10 +165,24 @@ class Checkpointer(Callback):
         accumulation window cannot be resumed exactly.
         """
         path = self.directory / step_file_name(engine.global_step)
-        engine.save(path, extra=self.extra)
+        if not self._write(engine, path):
+            return None
         self.last_path = path
         self._prune(keep_also=path)
         return path
+
+    def _write(self, engine: Engine, path: Path) -> bool:
+        # Never save poison: a file with NaN weights would be resumed from, and a resume
+        # picks the newest file. One host sync per checkpoint, not per step.
+        bad = nonfinite_entries(_weights(engine))
+        if bad:
+            log.warning(
+                "not writing %s: non-finite values in %s; the checkpoints written before "
+                "stay as they are", path.name, ", ".join(bad),
+            )
+            return False
+        engine.save(path, extra=self.extra)
+        return True
 
     def _consider(self, logs: Mapping[str, float]) -> None:
         if self.monitor is None or self.monitor not in logs:
@@ -193,7 +207,7 @@ class Checkpointer(Callback):
         target = self.directory / BEST_FILE
         if saved is not None and _link_over(saved, target):
             return  # the same state was just written: a hard link costs no second write
-        engine.save(target, extra=self.extra)
+        self._write(engine, target)
 
     def _prune(self, keep_also: Path) -> None:
         for old in step_checkpoints(self.directory)[self.keep :]:
@@ -225,6 +239,19 @@ class Checkpointer(Callback):
             self.best = state.get("best")
             self.best_step = state.get("best_step")
         self._pending_best = None
+
+
+def _weights(engine: Engine) -> Iterator[tuple[str, Any]]:
+    """The model's parameters and every optimizer's state tensors, by name.
+
+    Not the buffers: a buffer may hold inf on purpose (an attention mask of -inf).
+    """
+    yield from engine.model.named_parameters()
+    for update in engine.updates:
+        which = f"optimizer {update.name!r}" if update.name else "optimizer"
+        for index, param_state in enumerate(update.optimizer.state.values()):
+            for key, value in param_state.items():
+                yield f"{which} state {index}.{key}", value
 
 
 def _link_over(source: Path, target: Path) -> bool:

@@ -1,21 +1,22 @@
 """Finding the checkpoint to resume from, and loading it into an engine.
 
 :func:`resume` takes a checkpoint file or a run directory. For a directory it loads the
-newest readable ``step-*.pt``; a truncated or corrupt newest file is skipped, with a
-warning, for the one before it. A file that would need arbitrary unpickling is refused,
-never executed, and never skipped silently.
+newest good ``step-*.pt``: an unreadable, truncated or corrupt newest file (its checksum
+tells) is skipped, with a warning naming it, for the one before it. A file that would need
+arbitrary unpickling is refused, never executed; one of another model, optimizer or task is
+a clear error before anything is loaded.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.checkpoint.checkpointer import CHECKPOINT_DIR, step_checkpoints
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import CorruptCheckpointError, safe_load
+from beyondfit.core.serialization import CorruptCheckpointError, check_state_fits, safe_load
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -61,15 +62,25 @@ def resume_candidates(path: str | Path) -> tuple[list[Path], bool]:
     return found, False
 
 
-def resume(engine: Engine, path: str | Path) -> tuple[Path, dict[str, Any]]:
+def resume(
+    engine: Engine,
+    path: str | Path,
+    *,
+    config: Mapping[str, Any] | None = None,
+    must_match: Sequence[str] = (),
+) -> tuple[Path, dict[str, Any]]:
     """Load the checkpoint ``resume=PATH`` names into ``engine``; returns the file and state.
 
-    For a run directory the newest ``step-*.pt`` is taken; when it is truncated or corrupt
-    the previous one is loaded instead, with a warning naming both. Any other problem
-    (an unsafe file, a different model) is an error.
+    For a run directory the newest ``step-*.pt`` is taken; when it is unreadable, truncated,
+    or does not match its checksum, the previous one is loaded instead, with a warning
+    naming both. Anything else is a one-line error before the engine is touched: an unsafe
+    file, a file that is not a training checkpoint, another model, another optimizer, or
+    (with ``config``) a saved config whose ``must_match`` keys (dotted, e.g.
+    ``"task._target_"``) differ from ``config``'s.
     """
     candidates, explicit = resume_candidates(path)
     for index, candidate in enumerate(candidates):
+        source = f"checkpoint {str(candidate)!r}"
         try:
             state = safe_load(candidate)
         except CorruptCheckpointError as exc:
@@ -83,9 +94,35 @@ def resume(engine: Engine, path: str | Path) -> tuple[Path, dict[str, Any]]:
                 raise
             log.warning("%s; falling back to %s", exc, candidates[index + 1].name)
             continue
-        engine.load_state_dict(state, source=f"checkpoint {str(candidate)!r}")
+        if config is not None:  # first: "another task" says more than the keys that differ
+            _check_same(state.get("config"), config, must_match, source)
+        check_state_fits(state, engine.model, engine_optimizers(engine), source)
+        engine.load_state_dict(state, source=source)
         return candidate, state
     raise AssertionError("unreachable: candidates is never empty")
+
+
+def engine_optimizers(engine: Engine) -> dict[str, Any]:
+    """The engine's optimizers by Update name (``""`` for a one-optimizer engine)."""
+    return {update.name: update.optimizer for update in engine.updates}
+
+
+def _check_same(saved: Any, current: Mapping[str, Any], keys: Sequence[str], source: str) -> None:
+    if not isinstance(saved, Mapping):
+        return  # written without a config (the Python API): nothing to compare
+    for key in keys:
+        old, new = _select(saved, key), _select(current, key)
+        if old != new:
+            raise BeyondfitError(
+                f"{source} was written with {key}={old!r}, this run has {new!r}; resume "
+                "with the same setting, or start a new run without resume"
+            )
+
+
+def _select(tree: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        tree = tree.get(part) if isinstance(tree, Mapping) else None
+    return tree
 
 
 def config_changes(saved: Any, current: Any, ignore: tuple[str, ...] = ()) -> list[str]:

@@ -11,6 +11,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import hydra
@@ -29,6 +30,8 @@ from beyondfit.cli.run import (
     run,
     worst_objective,
 )
+from beyondfit.cli.rundir import RunDirRefused, os_error_line
+from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.distributed import init_process_group, launch_env, shutdown
 
@@ -50,6 +53,7 @@ _OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
 _GROUP_HOW = {
     "optimizer": "optimizer=NAME",
     "algo": "algo=NAME",
+    "scheduler": "scheduler=NAME",
     "logger": "logger=[NAME,...] or +logger=NAME",
 }
 
@@ -95,7 +99,8 @@ def check_choices(args: list[str]) -> None:
         group = key.lstrip("+~")
         if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
-        if group not in ("task", "optimizer", "experiment", "logger", "search", "algo"):
+        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
+                         "algo"):
             continue
         options = available(group, dirs)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
@@ -144,6 +149,8 @@ def _app(cfg: DictConfig) -> float | None:
         # A trial that diverged or whose sampled settings do not work: the search goes on.
         print(f"beyondfit: trial failed, scored {worst_objective(mode)}: {exc}", file=sys.stderr)
         return worst_objective(mode)
+    except OSError as exc:  # a full disk, a read-only or blocked path: name it, no traceback
+        fail(os_error_line(exc))
     except TrainingInterrupted as exc:
         print(f"beyondfit: {exc}", file=sys.stderr)
         if exc.checkpoint is not None:
@@ -229,6 +236,8 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
         run(cfg, run_dir)
     except BeyondfitError as exc:
         fail(str(exc))
+    except OSError as exc:
+        fail(os_error_line(exc))
     except TrainingInterrupted as exc:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
 
@@ -243,7 +252,22 @@ def main() -> None:
     """Console-script entry point (``beyondfit``) and ``python -m beyondfit``.
 
     ``beyondfit new NAME`` is the scaffold (:mod:`beyondfit.new`); anything else is a run.
+    Ctrl-C anywhere outside training (start-up, composing, building the task) ends with one
+    line and status 130; during training it checkpoints first (GracefulInterrupt).
     """
+    try:
+        _main()
+    except KeyboardInterrupt:
+        interrupted()
+
+
+def interrupted() -> None:
+    """The one line and exit status of a Ctrl-C outside training."""
+    print("\nbeyondfit: interrupted (SIGINT)", file=sys.stderr)
+    sys.exit(130)
+
+
+def _main() -> None:
     if sys.argv[1:2] == ["new"]:  # never a Hydra override: those have an "="
         from beyondfit.cli.scaffold import main as scaffold
 
@@ -270,7 +294,7 @@ def main() -> None:
             shutdown()
             return
     try:
-        _app()
+        run_hydra(_app)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) with status 1.
         if exc.code == 1:
@@ -278,6 +302,46 @@ def main() -> None:
         raise
     end_jobs()  # no more jobs: the other ranks return (no-op in one process)
     shutdown()
+
+
+def run_hydra(app: Callable[[], None]) -> None:
+    """Run the Hydra app with its errors raised, not printed, and print each as one line.
+
+    Hydra prints a config error as several lines (and a job's exception as "Error executing
+    job" with a traceback); with HYDRA_FULL_ERROR=1 it raises them instead, so that the bad
+    key can be named in one line here. A user who set HYDRA_FULL_ERROR=1 gets tracebacks.
+    """
+    wants_tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        app()
+    except RunDirRefused as exc:  # held by another run, or not writable
+        error = exc.error
+        fail(os_error_line(error) if isinstance(error, OSError) else str(error))
+    except Exception as exc:
+        if wants_tracebacks:
+            raise
+        os_error = _os_error_in(exc)
+        if os_error is not None:  # Hydra could not create the run dir, its log or .hydra/
+            fail(os_error_line(os_error))
+        line = config_error_line(exc)
+        if line is None:
+            raise
+        fail(line)
+    finally:
+        if not wants_tracebacks:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if isinstance(seen, OSError):
+            return seen
+        if seen is None:
+            return None
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -26,6 +27,8 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
+from beyondfit.cli.rundir import claim_run_dir, release_run_dir
+from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
 from beyondfit.core.callbacks import Callback, StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
@@ -58,12 +61,21 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     started = time.perf_counter()
     if cfg.get("task") is None:
         raise BeyondfitError(no_task_message())
+    check_config(cfg)
     # Under torchrun every rank runs this with the same config and run_dir (rank 0 composed
     # both, beyondfit.distributed.share_job); only rank 0 creates or writes files.
     strategy = resolve_strategy((cfg.get("engine") or {}).get("strategy", "auto"))
     run_dir = Path(run_dir)
-    if strategy.is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
+    # One live run per directory (the command line took the lock before Hydra wrote there).
+    claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
+    try:
+        return _train(cfg, run_dir, strategy, started)
+    finally:
+        if claimed:
+            release_run_dir(run_dir)
+
+
+def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> list[dict[str, float]]:
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
@@ -136,6 +148,8 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     return history
 
 
+# Settings a checkpoint cannot continue under: another task, another optimizer algorithm.
+_RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = (
     "resume", "device", "threads", "checkpoint", "progress", "plots", "logger", "objective",
@@ -144,10 +158,11 @@ _RESUME_MAY_CHANGE = (
 
 def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     """Load ``cfg.resume`` (a file or a run directory) into ``engine``, warning on changes."""
-    path, state = resume(engine, str(cfg.resume))
+    current = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(current, Mapping)
+    path, state = resume(engine, str(cfg.resume), config=current, must_match=_RESUME_SAME)
     saved = state.get("config")
     if isinstance(saved, Mapping):
-        current = OmegaConf.to_container(cfg, resolve=True)
         changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
         if changes:
             more = f"; and {len(changes) - 8} more" if len(changes) > 8 else ""

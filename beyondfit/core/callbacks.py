@@ -69,15 +69,21 @@ class StopRule(Callback):
     """Stop training once a logged metric satisfies a comparison, e.g. ``"val_loss<=0.1"``.
 
     The rule is checked after every evaluation and at every epoch end; the step that
-    satisfied it is the last one. ``engine.stopped_by`` records the rule and the value.
+    satisfied it is the last one. ``engine.stopped_by`` records the rule and the value. A
+    rule naming a metric the run does not log is an error at the first evaluation (``val_``
+    names) or the first epoch end, not a rule that silently never fires.
     """
+
+    #: How to write a rule on the command line: Hydra's grammar reads ``<``, ``=`` and quotes
+    #: itself, so the whole override goes in single quotes and the rule in double quotes.
+    EXAMPLE = "'train.stop=\"val_loss<=0.1\"'"
 
     def __init__(self, rule: str) -> None:
         match = _RULE.match(str(rule))
         if not match:
             raise BeyondfitError(
                 f"stop rule {rule!r} is not of the form METRIC OP NUMBER with OP one of "
-                ">=, <=, >, <, == (e.g. train.stop='val_loss<=0.1')"
+                f">=, <=, >, <, == (on the command line: {self.EXAMPLE})"
             )
         self.metric, self.op, value = match.groups()
         self.value = float(value)
@@ -89,10 +95,22 @@ class StopRule(Callback):
             engine.should_stop = True
             engine.stopped_by = f"{self.rule} ({self.metric}={value:.4g})"
 
+    def _require(self, logs: Mapping[str, float]) -> None:
+        if self.metric in logs:
+            return
+        logged = ", ".join(sorted(k for k in logs if k not in ("epoch", "step"))) or "nothing"
+        raise BeyondfitError(
+            f"stop rule {self.rule!r} names {self.metric!r}, which this run does not log "
+            f"(logged: {logged}); name one of those, e.g. {self.EXAMPLE}"
+        )
+
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Check the rule against the evaluation's ``val_`` logs."""
+        if self.metric.startswith("val_"):
+            self._require(logs)
         self._check(engine, logs)
 
     def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Check the rule against the epoch's logs (train and validation)."""
+        self._require(logs)
         self._check(engine, logs)

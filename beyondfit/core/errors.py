@@ -34,3 +34,16 @@ def no_val_batches(data: Any) -> str:
             "used up by an earlier evaluation; pass a list or a DataLoader"
         )
     return "val_data yielded no batches; check the validation split"
+
+
+def with_path(exc: OSError, path: object) -> OSError:
+    """``exc`` naming ``path`` when it names no file (``ENOSPC`` from a write names none).
+
+    The command line prints a file-system error as one line with its path; raise
+    ``with_path(exc, path) from exc`` where a write can fail.
+    """
+    if exc.filename is not None:
+        return exc
+    import errno
+
+    return OSError(exc.errno or errno.EIO, exc.strerror or str(exc) or "I/O error", str(path))

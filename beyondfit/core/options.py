@@ -3,7 +3,8 @@
 ``check_number("clip_norm", 0.0, above=0)`` raises
 ``BeyondfitError("clip_norm=0.0; it must be a number > 0")``. Booleans are refused even
 though Python counts them as integers (``accumulate=True`` is a mistake, not ``1``), and so
-are NaN and infinities unless ``finite=False``.
+are NaN, infinities and numbers beyond float32's range unless ``finite=False``: every option
+ends up in float32 arithmetic (``clip_value=1e300`` would fail inside ``torch.clamp``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import math
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
+
+#: The largest float32: a float option beyond it overflows once it meets a tensor.
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 def check_number(
@@ -36,15 +40,22 @@ def check_number(
         at_least: inclusive lower bound.
         at_most: inclusive upper bound.
         allow_none: ``None`` passes (an option that may be unset).
-        finite: refuse NaN and infinities.
+        finite: refuse NaN, infinities and magnitudes above float32's largest value.
         example: a valid setting to suggest, e.g. ``"task.num_envs=8"``.
     """
     if value is None and allow_none:
         return value
     kinds = (int,) if integer else (int, float)
     ok = isinstance(value, kinds) and not isinstance(value, bool)
-    if ok and not integer and finite and not math.isfinite(value):
-        ok = False
+    out_of_range = (
+        ok and not integer and finite
+        and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
+    )
+    if out_of_range:
+        raise BeyondfitError(
+            f"{name}={value!r}; it must be a finite number within float32's range "
+            f"(|x| <= {FLOAT32_MAX:.3g})" + (f", e.g. {example}" if example else "")
+        )
     if ok and above is not None and not value > above:
         ok = False
     if ok and at_least is not None and not value >= at_least:
@@ -67,9 +78,14 @@ def _describe(integer: bool, above: float | None, at_least: float | None,
         return "a positive whole number"
     bounds = []
     if above is not None:
-        bounds.append(f"> {above:g}")
+        bounds.append(f"> {_show(above)}")
     if at_least is not None:
-        bounds.append(f">= {at_least:g}")
+        bounds.append(f">= {_show(at_least)}")
     if at_most is not None:
-        bounds.append(f"<= {at_most:g}")
+        bounds.append(f"<= {_show(at_most)}")
     return f"a {kind}" + (" " + " and ".join(bounds) if bounds else "")
+
+
+def _show(bound: float) -> str:
+    # Whole bounds in full (a seed's 4294967295, not 4.29497e+09).
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import with_path
 from beyondfit.core.metrics import finite_or_none
 
 if TYPE_CHECKING:
@@ -45,8 +46,13 @@ class RowWriter(Callback):
         """Append one row to the file."""
         raise NotImplementedError
 
+    path: Path
+
     def _write(self, engine: Engine, kind: str, logs: Mapping[str, float]) -> None:
-        self.write_row(self.make_row(engine, kind, logs))
+        try:
+            self.write_row(self.make_row(engine, kind, logs))
+        except OSError as exc:  # a full disk names no file: this is the one
+            raise with_path(exc, self.path) from exc
         self.rows += 1
 
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
@@ -80,7 +86,8 @@ class MetricsFile(RowWriter):
         self.rows = 0
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            self.rows = sum(1 for _ in self.path.open())
+            with self.path.open() as f:
+                self.rows = sum(1 for _ in f)
 
     def write_row(self, row: dict[str, Any]) -> None:
         """One JSON object per line."""
@@ -90,10 +97,13 @@ class MetricsFile(RowWriter):
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Cut the file back to the rows that existed when the checkpoint was written."""
         keep = int(state["rows"])
-        lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(lines[:keep]))
-        os.replace(tmp, self.path)
+        try:
+            lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
+            tmp = self.path.with_suffix(".tmp")
+            tmp.write_text("".join(lines[:keep]))
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            raise with_path(exc, self.path) from exc
         self.rows = min(keep, len(lines))
 
 
@@ -145,4 +155,7 @@ class CsvFile(RowWriter):
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
         """Cut the table back to the rows that existed when the checkpoint was written."""
-        self._rewrite(self.columns, keep=int(state["rows"]))
+        try:
+            self._rewrite(self.columns, keep=int(state["rows"]))
+        except OSError as exc:
+            raise with_path(exc, self.path) from exc

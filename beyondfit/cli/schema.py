@@ -1,0 +1,317 @@
+"""The config's schema: the type and allowed range of every engine, train, checkpoint,
+objective and progress option, and of the top-level ``seed``, ``device``, ``threads``,
+``resume`` and ``plots``.
+
+Hydra checks the types while it composes (``train.epochs=abc``, ``engine.clip_nrom=1`` never
+reach Python); :func:`check_config` then checks the ranges and choices, all before anything
+is built. The dataclasses carry no defaults of their own: ``conf/config.yaml`` holds the
+values and their documentation, this module what they may be. The task, optimizer, scheduler
+and logger sections stay free-form (their builders check them).
+"""
+
+# OmegaConf 2.3 reads Optional[X], not X | None, in structured configs.
+# ruff: noqa: UP045
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
+
+#: The name ``conf/config.yaml``'s defaults list gives the schema.
+SCHEMA_NAME = "beyondfit_schema"
+
+# Seeds go to NumPy's legacy generator (0 .. 2**32 - 1) and to Gymnasium (non-negative).
+_SEED_MAX = 2**32 - 1
+
+
+def _number(**bounds: Any) -> dict[str, Any]:
+    return {"number": bounds}
+
+
+def _choice(*allowed: Any) -> dict[str, Any]:
+    return {"choices": allowed}
+
+
+# The fields have no defaults (MISSING): conf/config.yaml sets every value and says what it
+# means; a field's metadata holds its range (``number``) or its choices.
+
+
+@dataclass
+class EngineConfig:
+    """``engine.*``: the step engine's options (:class:`beyondfit.core.engine.Engine`)."""
+
+    precision: str = MISSING  # checked by the engine: 32 | bf16 | 16 (and spellings)
+    clip_norm: Optional[float] = field(default=MISSING, metadata=_number(above=0))
+    clip_value: Optional[float] = field(default=MISSING, metadata=_number(above=0))
+    accumulate: int = field(default=MISSING, metadata=_number(at_least=1))
+    compile: bool = MISSING
+    on_nonfinite: str = field(default=MISSING, metadata=_choice("raise", "skip", "ignore"))
+    max_skips: int = field(default=MISSING, metadata=_number(at_least=1))
+    log_every: int = field(default=MISSING, metadata=_number(at_least=1))
+    track_grad_norm: bool = MISSING
+    strategy: str = field(default=MISSING, metadata=_choice("auto", "none", "ddp"))
+
+
+@dataclass
+class TrainConfig:
+    """``train.*``: how long to train, when to evaluate, when to stop early."""
+
+    epochs: int = field(default=MISSING, metadata=_number(at_least=1))
+    max_steps: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    eval_every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    stop: Optional[str] = MISSING  # parsed by StopRule
+
+
+@dataclass
+class CheckpointConfig:
+    """``checkpoint.*``: when checkpoints are written and which is kept as best."""
+
+    every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    keep: int = field(default=MISSING, metadata=_number(at_least=1))
+    monitor: Optional[str] = MISSING
+    mode: str = field(default=MISSING, metadata=_choice("min", "max"))
+
+
+@dataclass
+class ObjectiveConfig:
+    """``objective.*``: what a run returns to an optimizing sweeper (``+search=NAME``)."""
+
+    metric: Optional[str] = MISSING
+    mode: str = field(default=MISSING, metadata=_choice("min", "max"))
+
+
+@dataclass
+class ProgressConfig:
+    """``progress.*``: the console's bar or epoch lines."""
+
+    bar: Any = field(default=MISSING, metadata=_choice("auto", True, False))
+    refresh: float = field(default=MISSING, metadata=_number(above=0))
+    every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    metrics: Optional[list[str]] = MISSING
+
+
+@dataclass
+class BeyondfitConfig:
+    """The whole config: the checked sections plus the free-form groups."""
+
+    seed: int = field(default=MISSING, metadata=_number(at_least=0, at_most=_SEED_MAX))
+    device: str = MISSING  # checked by resolve_device: auto, cpu, cuda, cuda:N, mps
+    threads: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    resume: Optional[str] = MISSING
+    plots: Any = field(default=MISSING, metadata=_choice("auto", True, False))
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    progress: ProgressConfig = field(default_factory=ProgressConfig)
+    # Free-form: each is checked by what builds it.
+    task: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    logger: Any = None
+
+
+def register() -> None:
+    """Put the schema into Hydra's ConfigStore (``conf/config.yaml`` lists it first)."""
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=BeyondfitConfig)
+
+
+register()
+
+
+# ---------------------------------------------------------------------- ranges and choices
+def check_config(cfg: DictConfig) -> None:
+    """Check the ranges and choices of every schema'd value; raise one clear error.
+
+    Types were checked while composing; this catches ``seed=99999999999999999999``,
+    ``threads=-2``, ``engine.accumulate=0``, ``train.eval_every=0`` and the like, before
+    anything is built. The optimizer's learning rate is checked here too (finite, in
+    ``(0, 1e3]``: see :func:`check_learning_rate`).
+    """
+    _check_section(BeyondfitConfig, cfg, "")
+    optimizer = cfg.get("optimizer")
+    if isinstance(optimizer, DictConfig) and "lr" in optimizer:
+        check_learning_rate(optimizer.get("lr"))
+
+
+#: Above any learning rate a published recipe uses (LARS' largest is ~30) and far below
+#: float32's overflow (3.4e38), where torch fails inside the optimizer step.
+LR_MAX = 1e3
+
+
+def check_learning_rate(lr: Any) -> float:
+    """``optimizer.lr``: a finite number in ``(0, 1e3]``.
+
+    The bound is a sanity limit, not a tuning hint: every update is ``lr`` times a
+    gradient-sized quantity, so ``1e300`` overflows the float32 weights at the first step
+    (torch then fails with "value cannot be converted to type float without overflow"), and
+    anything above 1e3 diverges on any problem that is not pathologically scaled. A value
+    like ``1e3`` typed for ``1e-3`` is exactly what it catches.
+    """
+    # finite=False: NaN and inf fail the bounds anyway, with the bound in the message.
+    return check_number("optimizer.lr", lr, above=0, at_most=LR_MAX, finite=False,
+                        example="optimizer.lr=0.001")
+
+
+def _check_section(schema: type, section: DictConfig, prefix: str) -> None:
+    known = {spec.name for spec in fields(schema)}
+    for name in section:  # keys added with +KEY=VALUE bypass Hydra's own check
+        if name not in known:
+            raise BeyondfitError(_unknown_key(prefix.rstrip("."), str(name)))
+    for spec in fields(schema):
+        key = f"{prefix}{spec.name}"
+        value = section.get(spec.name)
+        sub = _SECTIONS.get(key)
+        if sub is not None:
+            if isinstance(value, DictConfig):
+                _check_section(sub, value, f"{key}.")
+            continue
+        bounds = spec.metadata.get("number")
+        if bounds is not None:
+            integer = _is_int(spec)
+            check_number(key, value, integer=integer, allow_none=_optional(spec), **bounds)
+        choices = spec.metadata.get("choices")
+        if choices is not None and not _one_of(value, choices):
+            allowed = ", ".join(str(c).lower() for c in choices)
+            raise BeyondfitError(f"{key}={value!r}; use one of {allowed}")
+
+
+def _is_int(spec: Any) -> bool:
+    return "int" in str(spec.type)
+
+
+def _optional(spec: Any) -> bool:
+    return "Optional" in str(spec.type)
+
+
+def _one_of(value: Any, choices: tuple[Any, ...]) -> bool:
+    text = str(value).lower()
+    return any(
+        value is choice or (isinstance(choice, str) and text == choice) for choice in choices
+    ) or (isinstance(value, str) and text in ("true", "false") and any(
+        isinstance(c, bool) for c in choices
+    ))
+
+
+# ---------------------------------------------------------------------- Hydra's errors, one line
+_SECTIONS = {
+    "": BeyondfitConfig, "engine": EngineConfig, "train": TrainConfig,
+    "checkpoint": CheckpointConfig, "objective": ObjectiveConfig, "progress": ProgressConfig,
+}  # fmt: skip
+_FREE_FORM = ("task", "optimizer", "scheduler", "logger")
+_KIND = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}
+
+
+def config_error_line(exc: BaseException) -> str | None:
+    """One line for an error Hydra or OmegaConf raised while composing, or ``None``.
+
+    Hydra prints these as several lines (a message, OmegaConf's ``full_key``/``object_type``
+    block, a hint about HYDRA_FULL_ERROR); this names the key and what it takes.
+    """
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    chain = []
+    seen: BaseException | None = exc
+    while seen is not None and len(chain) < 5:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    parse = next((e for e in chain if isinstance(e, OverrideParseException)), None)
+    if parse is not None:
+        return _parse_error_line(parse)
+    omega = next((e for e in chain if isinstance(e, OmegaConfBaseException)), None)
+    hydra_exc = next((e for e in chain if isinstance(e, HydraException)), None)
+    if omega is None and hydra_exc is None:
+        return None
+    override = _override_of(str(hydra_exc or ""))
+    if omega is not None:
+        line = _omegaconf_line(omega, override)
+        if line:
+            return line
+    text = str(hydra_exc or omega).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _override_of(text: str) -> str:
+    match = re.search(r"(?:Error merging override|Could not override '?)\s*'?([^'\n]+)", text)
+    return match.group(1).strip() if match else ""
+
+
+def _parse_error_line(exc: Any) -> str:
+    # Hydra's grammar reads <, >, =, quotes, brackets and commas itself.
+    override = str(getattr(exc, "override", "") or "").strip()
+    reason = str(getattr(exc, "message", "") or exc).strip().splitlines()[0]
+    reason = reason.split(": ", 1)[0] if reason.startswith("LexerNoViableAlt") else reason
+    what = f"the override {override!r}" if override else "an override"
+    return (
+        f"cannot parse {what} ({reason}); quote a value with special characters for Hydra "
+        "and the whole override for the shell, e.g. 'train.stop=\"val_loss<=0.3\"'"
+    )
+
+
+def _omegaconf_line(exc: Any, override: str) -> str | None:
+    from omegaconf.errors import ConfigTypeError, ValidationError
+
+    key = getattr(exc, "full_key", None) or ""
+    message = str(getattr(exc, "msg", None) or exc).strip().splitlines()[0]
+    missing = re.search(r"Key '([^']+)' (?:is )?not in", message)
+    if missing:  # ConfigKeyError or ConfigAttributeError, by how the key was reached
+        name = missing.group(1)
+        section = key.rpartition(".")[0] if key.endswith(name) else key
+        return _unknown_key(section, name)
+    section_name = override.partition("=")[0].lstrip("+~")
+    if section_name in _SECTIONS and section_name and (
+        isinstance(exc, ConfigTypeError) or "is not a subclass of" in message
+    ):
+        return (f"{override!r}: {section_name} is a section, not a value; set its keys, "
+                f"e.g. {section_name}.{fields(_SECTIONS[section_name])[0].name}=VALUE")
+    if isinstance(exc, ValidationError):
+        value = getattr(exc, "value", None)
+        what = _expected(key)
+        if "is not Optional" in message or value is None:
+            return f"{key}=null is not allowed; it must be {what}"
+        return f"{key}={value!r}; it must be {what}"
+    return None
+
+
+def _unknown_key(section: str, name: str) -> str:
+    schema = _SECTIONS.get(section)
+    full = f"{section}.{name}" if section else name
+    if schema is None:
+        return f"unknown key {full!r}; add a new key with +{full}=VALUE"
+    known = [f.name for f in fields(schema)]
+    if section == "":
+        known = [n for n in known if n not in _FREE_FORM]
+    close = difflib.get_close_matches(name, known, n=1)
+    hint = f"did you mean {section + '.' if section else ''}{close[0]}? " if close else ""
+    where = f"{section} options" if section else "top-level keys"
+    return f"unknown key {full!r}; {hint}{where}: {', '.join(sorted(known))}"
+
+
+def _expected(key: str) -> str:
+    section, _, name = key.rpartition(".")
+    schema = _SECTIONS.get(section)
+    spec = next((f for f in fields(schema) if f.name == name), None) if schema else None
+    if spec is None:
+        return "a value of the right type"
+    base = re.sub(r"Optional\[(.*)\]", r"\1", str(spec.type))
+    if base.startswith("list"):
+        return "a list such as [loss,val_loss]" + (" or null" if _optional(spec) else "")
+    kind = _KIND.get(base, base)
+    bounds = spec.metadata.get("number") or {}
+    if bounds.get("at_least") == 1 and kind == "a whole number":
+        kind = "a positive whole number"
+    elif bounds.get("above") == 0:
+        kind = f"a positive {kind.removeprefix('a ')}"
+    choices = spec.metadata.get("choices")
+    if choices:
+        kind = "one of " + ", ".join(str(c).lower() for c in choices)
+    return kind + (" or null" if _optional(spec) else "")
