@@ -11,6 +11,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import Strategy, resolve_strategy
+from beyondfit.core.update import Update
 
 __all__ = [
     "BeyondfitError",
@@ -19,6 +20,7 @@ __all__ = [
     "MetricTracker",
     "StopRule",
     "Strategy",
+    "Update",
     "move_to_device",
     "resolve_device",
     "resolve_strategy",
