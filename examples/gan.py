@@ -11,11 +11,13 @@ alternating algorithm (Goodfellow et al., 2014):
    loss). Its backward reaches the generator's parameters only: nothing leaks into the
    discriminator's next update.
 
-It ends bitwise equal to the same two-optimizer loop written by hand (tested). A spectral
-norm on the discriminator's layers keeps it from overpowering the generator, which is what
-lets every run cover all 8 modes. The score: of 4,000 samples, the share within 0.25 of a
-mode ("high quality", 12.5 standard deviations) and the modes covered by at least 1% of
-them.
+It ends bitwise equal to the same two-optimizer loop written by hand (tested). The
+discriminator judges points two at a time (PacGAN2, Lin et al., 2018): a generator that
+drops modes makes pairs that land in the same mode too often, which a pair-judging
+discriminator sees and a point-judging one does not. That cure for mode collapse is what lets
+Adam at 1e-3 converge in 3,000 iterations with every mode kept. The score: of 4,000 samples,
+the share within 0.25 of a mode (12.5 standard deviations) and the modes that have at least
+1% of the samples within 0.25.
 
 Run: ``python examples/gan.py [--steps 3000] [--seed 0]``
 """
@@ -29,14 +31,13 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.nn.utils.parametrizations import spectral_norm
 
 from beyondfit import Engine, Update
 
 MODES, RADIUS, STD = 8, 2.0, 0.02  # the data
 NEAR = 0.25  # a sample within this distance of a mode is a good one
-LATENT, HIDDEN = 2, 256  # the networks
-BATCH, LR, BETAS = 256, 2e-4, (0.5, 0.999)  # the optimization (DCGAN's Adam settings)
+LATENT, HIDDEN, PACK = 2, 128, 2  # the networks; the discriminator judges PACK points at once
+BATCH, LR, BETAS = 256, 1e-3, (0.5, 0.9)  # the optimization
 
 
 def ring_modes(modes: int = MODES, radius: float = RADIUS) -> torch.Tensor:
@@ -68,11 +69,12 @@ class RingOfGaussians:
 
 
 class GAN(nn.Module):
-    """A generator (noise -> point) and a discriminator (point -> logit), MLPs of 3 layers."""
+    """A generator (noise -> point) and a discriminator (``pack`` points -> one logit), MLPs
+    with 3 hidden layers."""
 
-    def __init__(self, latent: int = LATENT, hidden: int = HIDDEN) -> None:
+    def __init__(self, latent: int = LATENT, hidden: int = HIDDEN, pack: int = PACK) -> None:
         super().__init__()
-        self.latent = latent
+        self.latent, self.pack = latent, pack
         self.generator = nn.Sequential(
             nn.Linear(latent, hidden), nn.ReLU(),
             nn.Linear(hidden, hidden), nn.ReLU(),
@@ -80,10 +82,10 @@ class GAN(nn.Module):
             nn.Linear(hidden, 2),
         )  # fmt: skip
         self.discriminator = nn.Sequential(
-            spectral_norm(nn.Linear(2, hidden)), nn.LeakyReLU(0.2),
-            spectral_norm(nn.Linear(hidden, hidden)), nn.LeakyReLU(0.2),
-            spectral_norm(nn.Linear(hidden, hidden)), nn.LeakyReLU(0.2),
-            spectral_norm(nn.Linear(hidden, 1)),
+            nn.Linear(2 * pack, hidden), nn.LeakyReLU(0.2),
+            nn.Linear(hidden, hidden), nn.LeakyReLU(0.2),
+            nn.Linear(hidden, hidden), nn.LeakyReLU(0.2),
+            nn.Linear(hidden, 1),
         )  # fmt: skip
 
     def sample(self, n: int) -> torch.Tensor:
@@ -91,11 +93,15 @@ class GAN(nn.Module):
         device = next(self.generator.parameters()).device
         return self.generator(torch.randn(n, self.latent, device=device))
 
+    def judge(self, points: torch.Tensor) -> torch.Tensor:
+        """The discriminator's logit for each run of ``pack`` consecutive points."""
+        return self.discriminator(points.reshape(-1, 2 * self.pack))
+
 
 def discriminator_loss(model: GAN, real: torch.Tensor) -> dict[str, torch.Tensor]:
     """Real points are 1, generated ones 0; the generated batch is detached."""
     fake = model.sample(len(real)).detach()
-    real_logit, fake_logit = model.discriminator(real), model.discriminator(fake)
+    real_logit, fake_logit = model.judge(real), model.judge(fake)
     loss = F.binary_cross_entropy_with_logits(
         real_logit, torch.ones_like(real_logit)
     ) + F.binary_cross_entropy_with_logits(fake_logit, torch.zeros_like(fake_logit))
@@ -106,7 +112,7 @@ def discriminator_loss(model: GAN, real: torch.Tensor) -> dict[str, torch.Tensor
 
 def generator_loss(model: GAN, real: torch.Tensor) -> torch.Tensor:
     """Non-saturating: make the discriminator call generated points real."""
-    fake_logit = model.discriminator(model.sample(len(real)))
+    fake_logit = model.judge(model.sample(len(real)))
     return F.binary_cross_entropy_with_logits(fake_logit, torch.ones_like(fake_logit))
 
 

@@ -27,7 +27,7 @@ import torch
 from beyondfit import Engine, Update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the ring and networks of gan.py
-from gan import GAN, RingOfGaussians, format_score, score  # noqa: E402
+from gan import GAN, RingOfGaussians, format_score, score
 
 CRITIC_STEPS = 5  # critic steps per generator step
 PENALTY = 10.0  # lambda, the gradient penalty's weight
@@ -40,11 +40,10 @@ def critic_loss(model: GAN, real: torch.Tensor) -> dict[str, torch.Tensor]:
     mix = torch.rand(len(real), 1, device=real.device)
     between = (mix * real + (1 - mix) * fake).requires_grad_(True)
     # create_graph: the penalty is differentiated again, in the critic's backward.
-    (grad,) = torch.autograd.grad(model.discriminator(between).sum(), between,
-                                  create_graph=True)  # fmt: skip
+    (grad,) = torch.autograd.grad(model.judge(between).sum(), between, create_graph=True)
     slope = grad.float().norm(dim=1)
     penalty = (slope - 1).pow(2).mean()
-    distance = model.discriminator(real).mean() - model.discriminator(fake).mean()
+    distance = model.judge(real).mean() - model.judge(fake).mean()
     # distance: the critic's estimate of the Wasserstein distance (falls as G improves).
     return {"loss": -distance + PENALTY * penalty, "distance": distance.detach(),
             "penalty": penalty.detach(), "slope": slope.mean().detach()}  # fmt: skip
@@ -52,7 +51,7 @@ def critic_loss(model: GAN, real: torch.Tensor) -> dict[str, torch.Tensor]:
 
 def generator_loss(model: GAN, real: torch.Tensor) -> torch.Tensor:
     """Raise the critic's score of generated points."""
-    return -model.discriminator(model.sample(len(real))).mean()
+    return -model.judge(model.sample(len(real))).mean()
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
@@ -65,8 +64,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     torch.set_num_threads(1)  # small models: one thread is fastest, and steady on busy cores
 
     torch.manual_seed(args.seed)
-    model = GAN()
-    before = score(model)
+    model = GAN(pack=1)  # the critic scores single points: the penalty is per point
+    print(f"before training: {format_score(score(model))}")
     engine = Engine(model, [
         Update("critic", critic_loss,
                torch.optim.Adam(model.discriminator.parameters(), LR, betas=BETAS)),
@@ -78,7 +77,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     history = engine.fit(data, max_steps=CRITIC_STEPS * args.steps, verbose=False)
     last = history[-1]
     result = {**score(model), **{k: v for k, v in last.items() if "/" in k}}
-    print(f"before training: {format_score(before)}")
     print(f"after {engine.updates[1].steps} generator steps ({engine.global_step} critic "
           f"steps, precision {args.precision}): {format_score(result)}")
     print(f"critic: Wasserstein estimate {last['critic/distance']:.3f}, gradient norm at the "

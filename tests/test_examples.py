@@ -24,6 +24,7 @@ def load(name: str) -> ModuleType:
 
 def test_every_example_has_a_test() -> None:
     tested = {"manual_regression", "vae", "contrastive", "custom_train_step"}
+    tested |= {"gan", "wgan_gp", "sac_pendulum"}  # in test_examples_several.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
