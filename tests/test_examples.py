@@ -28,6 +28,7 @@ def load(name: str) -> ModuleType:
 def test_every_example_has_a_test() -> None:
     tested = {"port_a_hand_written_loop", "vae", "contrastive", "classifier_with_metric_objects",
               "custom_pg_loss"}
+    tested |= {"gan", "wgan_gp", "sac_pendulum"}  # in test_examples_several.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
