@@ -77,6 +77,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
+    callbacks += task.callbacks  # e.g. an RL task's schedules over env steps
     options = engine_options(cfg.engine)
     options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt

@@ -12,6 +12,32 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
 
+#: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
+EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
+
+
+def missing_dependency(env_id: str, exc: Exception) -> BeyondfitError:
+    """The one-line error for an env whose optional dependency is not installed."""
+    try:
+        entry = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        entry = ""
+    extra = next((name for module, name in EXTRAS.items() if entry.startswith(module)), None)
+    how = (f'pip install "beyondfit[{extra}]" (from a checkout: pip install -e ".[{extra}]")'
+           if extra else "install the package the message names")
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return BeyondfitError(f"env {env_id!r} needs a package that is not installed ({reason}); {how}")
+
+
+def make_env(env_id: str, **kwargs: object) -> gym.Env:
+    """``gymnasium.make`` with a one-line error for an unknown id or a missing dependency."""
+    try:
+        return gym.make(env_id, **kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        raise missing_dependency(env_id, exc) from None
+    except gym.error.Error as e:
+        raise BeyondfitError(f"cannot make env {env_id!r}: {e}") from None
+
 
 def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
     """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
@@ -32,13 +58,16 @@ def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
             "CartPole-v1, Acrobot-v1 or Pendulum-v1 (list them with gymnasium.pprint_registry())"
         ) from None
     mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    if mode == "sync":
-        envs = gym.make_vec(
-            env_id, num_envs, vectorization_mode=mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-        )
-    else:
-        envs = gym.make_vec(env_id, num_envs, vectorization_mode=mode)
+    try:
+        if mode == "sync":
+            envs = gym.make_vec(
+                env_id, num_envs, vectorization_mode=mode,
+                vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+            )
+        else:
+            envs = gym.make_vec(env_id, num_envs, vectorization_mode=mode)
+    except gym.error.DependencyNotInstalled as exc:
+        raise missing_dependency(env_id, exc) from None
     autoreset = envs.metadata.get("autoreset_mode")
     if autoreset != AutoresetMode.NEXT_STEP:
         envs.close()

@@ -20,7 +20,8 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import safe_load
-from beyondfit.rl.envs import action_converter
+from beyondfit.rl.envs import action_converter, make_env
+from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -38,9 +39,14 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
     if not isinstance(meta, dict):
         raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
                              "by an RL task (python -m beyondfit +task=cartpole writes one)")
-    env = gym.make(meta["env"])
+    env = make_env(meta["env"])
+    normalizer = None
+    if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
+        obs_size = int(np.prod(env.observation_space.shape))
+        normalizer = Normalizer(obs_size, **meta["normalizer"])
     policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
-                         activation=meta["activation"], log_std_init=meta["log_std_init"])
+                         activation=meta["activation"], log_std_init=meta["log_std_init"],
+                         normalizer=normalizer)
     env.close()
     policy.load_state_dict(state["model"])
     return policy.eval(), meta
@@ -55,7 +61,7 @@ def play(
         raise BeyondfitError(
             "recording a video needs moviepy: pip install moviepy (or run without --video)"
         )
-    env = gym.make(meta["env"], render_mode="rgb_array" if video is not None else None)
+    env = make_env(meta["env"], render_mode="rgb_array" if video is not None else None)
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))

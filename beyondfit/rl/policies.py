@@ -94,6 +94,9 @@ class ActorCritic(nn.Module):
         value_head: build the critic (all built-in losses use it as baseline or for GAE).
         log_std_init: initial log standard deviation of the Gaussian policy.
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
+        normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
+            Normalizer`): every method that takes observations takes raw ones and normalizes
+            them with its (saved, frozen outside collection) statistics.
     """
 
     def __init__(
@@ -104,6 +107,7 @@ class ActorCritic(nn.Module):
         value_head: bool = True,
         log_std_init: float = 0.0,
         activation: str = "tanh",
+        normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -118,10 +122,16 @@ class ActorCritic(nn.Module):
             self.log_std = nn.Parameter(torch.full((out_dim,), float(log_std_init)))
         self.actor = mlp([obs_dim, *hidden, out_dim], 0.01, activation)
         self.critic = mlp([obs_dim, *hidden, 1], 1.0, activation) if value_head else None
+        self.normalizer = normalizer
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the networks see: observations flattened to ``(B, D)`` and normalized."""
+        obs = obs.flatten(1)
+        return obs if self.normalizer is None else self.normalizer(obs)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (discrete) or action means (continuous), shape ``(B, n)``."""
-        return self.actor(obs.flatten(1))
+        return self.actor(self.features(obs))
 
     def act(
         self,
@@ -195,4 +205,4 @@ class ActorCritic(nn.Module):
                 "this policy has no value head but the loss needs one: build it with "
                 "value_head=True"
             )
-        return self.critic(obs.flatten(1)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)

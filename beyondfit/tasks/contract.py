@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 if TYPE_CHECKING:
+    from beyondfit.core.callbacks import Callback
     from beyondfit.core.engine import Engine
 
 #: An evaluator scores a model without a loss closure (e.g. greedy RL episodes).
@@ -29,6 +30,8 @@ class Task:
             The ``train.eval_every`` config key, when set, wins over this.
         finish: called once after training with the engine and the run directory; returns the
             report lines to print (baselines, artifacts written) or ``None``.
+        callbacks: engine callbacks the task needs besides the command line's own (e.g. the
+            RL tasks' schedules over env steps); they run on every rank.
     """
 
     model: nn.Module
@@ -37,3 +40,4 @@ class Task:
     val_data: Iterable[Any] | Evaluator | None = None
     eval_every: int | None = None
     finish: Callable[[Engine, Path], list[str] | None] | None = None
+    callbacks: list[Callback] = field(default_factory=list)

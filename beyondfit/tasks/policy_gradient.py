@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
@@ -22,7 +23,9 @@ from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import ALGORITHMS, make_loss
+from beyondfit.rl.normalization import normalizer_options
 from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.schedules import EnvStepSchedules
 from beyondfit.tasks import Task
 
 if TYPE_CHECKING:
@@ -37,7 +40,9 @@ ALGO_DEFAULTS: dict[str, dict[str, Any]] = {
             "clip_coef": 0.2},
 }
 _COLLECTOR_KEYS = ("rollout_steps", "gae_lambda", "epochs", "minibatches")
-_LOSS_KEYS = ("vf_coef", "ent_coef", "normalize_advantages", "clip_coef")
+_LOSS_KEYS = ("vf_coef", "ent_coef", "normalize_advantages", "clip_coef", "value_clip",
+              "target_kl")
+_PPO_ONLY = ("clip_coef", "value_clip", "target_kl")
 # Read by the engine and the optimizer, not here: the task configs point engine.clip_norm and
 # optimizer.lr at the chosen algorithm's.
 _ENGINE_KEYS = ("clip_norm", "lr")
@@ -60,6 +65,8 @@ def build(
     eval_every_env_steps: int = 2048,
     eval_episodes: int = 20,
     target_return: float | None = None,
+    normalize: bool | Mapping[str, Any] | None = None,
+    anneal: Mapping[str, float | None] | None = None,
 ) -> Task:
     """Build the RL task: policy, rollout collector, loss closure, greedy evaluator.
 
@@ -82,6 +89,13 @@ def build(
         eval_episodes: greedy episodes per evaluation.
         target_return: what counts as solved in the summary line (and the usual stop rule);
             ``None``: the env's registered ``reward_threshold``, if any.
+        normalize: running normalization inside the policy (:mod:`beyondfit.rl.normalization`):
+            ``true`` for observations and rewards, or a mapping (``observations``, ``rewards``,
+            ``clip``, ``epsilon``); ``null``/``false`` for none.
+        anneal: linear schedules over ``total_env_steps`` (:mod:`beyondfit.rl.schedules`):
+            ``lr`` is the final learning rate as a fraction of ``optimizer.lr`` (0.0 anneals to
+            zero; ``null`` keeps it constant), ``ent_coef`` and ``clip_coef`` (PPO) the final
+            values of those coefficients.
     """
     started = time.perf_counter()
     if algo not in ALGORITHMS:
@@ -119,30 +133,52 @@ def build(
                     "normalize_advantages": normalize_advantages}
     loss_options.update({k: settings[k] for k in _LOSS_KEYS if k in settings})
     if algo != "ppo":
-        loss_options.pop("clip_coef", None)
+        for key in _PPO_ONLY:
+            loss_options.pop(key, None)
+    anneal = dict(anneal or {})
+    unknown = sorted(set(anneal) - {"lr", "ent_coef", "clip_coef"})
+    if unknown:
+        raise BeyondfitError(f"unknown task.anneal key(s) {unknown}; known: lr, ent_coef, "
+                             "clip_coef (final values; lr as a fraction of optimizer.lr)")
+    lr_end = anneal.pop("lr", None)
+    anneal = {k: v for k, v in anneal.items() if v is not None}
+    for name, value in [("lr", lr_end), *anneal.items()]:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value < 0):
+            raise BeyondfitError(
+                f"task.anneal.{name}={value!r} must be a number >= 0 (the final value) or null"
+            )
 
+    loss_fn = make_loss(algo, **loss_options)
     envs = make_vector_env(env, num_envs)
     try:
+        obs_size = int(np.prod(envs.single_observation_space.shape))
+        normalizer = normalizer_options(normalize, obs_size, gamma)
         policy = ActorCritic(envs.single_observation_space, envs.single_action_space,
                              hidden=tuple(hidden), log_std_init=log_std_init,
-                             activation=activation)
+                             activation=activation, normalizer=normalizer)
         collector = RolloutCollector(
             envs, policy,
             num_steps=settings["rollout_steps"], total_env_steps=total_env_steps, gamma=gamma,
             gae_lambda=settings["gae_lambda"], epochs=settings["epochs"],
             minibatches=settings["minibatches"], seed=seed, log_probs=algo == "ppo",
+            stop_epochs=getattr(loss_fn, "stop_epochs", None),
         )
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                     progress=lambda: collector.env_steps)
     except BaseException:
         envs.close()
         raise
-    loss_fn = make_loss(algo, **loss_options)
+    callbacks = []
+    if lr_end is not None or anneal:
+        callbacks.append(EnvStepSchedules(collector, lr_end, getattr(loss_fn, "coefficients", None),
+                                          anneal))
     if target_return is None:
         target_return = gym.spec(env).reward_threshold
     rollouts_between_evals = max(1, round(eval_every_env_steps / collector.env_steps_per_rollout))
     architecture = {"env": env, "algo": algo, "hidden": list(hidden), "activation": activation,
-                    "log_std_init": log_std_init}
+                    "log_std_init": log_std_init,
+                    "normalizer": None if normalizer is None else normalizer.describe()}
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
@@ -175,4 +211,5 @@ def build(
         val_data=evaluator,
         eval_every=rollouts_between_evals * collector.batches_per_rollout,
         finish=finish,
+        callbacks=callbacks,
     )
