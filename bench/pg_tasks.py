@@ -1,4 +1,4 @@
-"""LunarLander, Hopper and HalfCheetah side by side: beyondfit PPO vs Stable-Baselines3 PPO (RL-Zoo).
+"""LunarLander, Hopper and HalfCheetah: beyondfit PPO beside Stable-Baselines3 PPO (RL-Zoo).
 
     python bench/pg_tasks.py                        # 3 seeds, both methods, then the table
     python bench/pg_tasks.py --only sb3 --worker 0/2  # one of two background workers (SB3 only)
@@ -219,7 +219,7 @@ def run_beyondfit(bench: Bench, seed: int, overrides: tuple[str, ...] = ()) -> d
     engine_options = OmegaConf.to_container(cfg.engine, resolve=True)
     stop = [StopRule(f"val_return>={bench.target}")] if bench.target is not None else []
     engine = Engine(built.model, built.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
-                    callbacks=stop + list(built.callbacks or ()), **engine_options)
+                    callbacks=stop + built.callbacks, **engine_options)
     clock = Clock()
     evaluate = evaluator.__call__
 
@@ -227,7 +227,6 @@ def run_beyondfit(bench: Bench, seed: int, overrides: tuple[str, ...] = ()) -> d
         with clock.evaluating():
             return evaluate(model)
 
-    evaluator.__call__ = timed  # instance attribute: the engine calls evaluator(model)
     engine.fit(collector, epochs=1, val_data=timed,
                eval_every=None if bench.eval_every is None else built.eval_every)
     wall, cpu = clock.seconds()

@@ -391,9 +391,11 @@ def _check_data_loaders(rank: int, world: int) -> None:
 def _check_rl_collectors(rank: int, world: int) -> None:
     """RL: each rank steps its own envs (own seed, half the env-step budget); the logged
     env_steps are the sum over ranks, and the policies stay equal."""
+    from beyondfit.rl.losses import a2c_loss
     from beyondfit.tasks.policy_gradient import build
 
-    task = build(seed=0, algo="a2c", num_envs=4, total_env_steps=2048, eval_episodes=2)
+    task = build(a2c_loss(), seed=0, num_envs=4, total_env_steps=2048, eval_episodes=2,
+                 collector={"rollout_steps": 8, "gae_lambda": 0.9, "old_log_prob": False})
     recorder = _Recorder()
     engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
                     device="cpu", callbacks=[recorder], log_every=1)
@@ -517,12 +519,12 @@ def _check_summed_env_steps(logged: list) -> None:
     assert train
     # A2C: one optimizer step per rollout of 16 steps x 8 envs on each of the 2 ranks.
     assert all(r["env_steps"] == r["step"] * 16 * 8 * WORLD for r in train)
-    # (the run pins task.algo=a2c and its rollout length, whatever the task's default is)
+    # (the run pins algo=a2c and its rollout length, whatever the task's default is)
 
 
 @pytest.mark.slow
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
-    result, logged = _cartpole(tmp_path, "task.algo=a2c", "task.per_algo.a2c.rollout_steps=16")
+    result, logged = _cartpole(tmp_path, "algo=a2c", "task.collector.rollout_steps=16")
     _check_summed_env_steps(logged)
     val = [r["val_return"] for r in logged if r["kind"] == "val"]
     assert val[-1] >= 475 and "CartPole-v1 solved" in result.stdout

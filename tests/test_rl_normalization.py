@@ -161,9 +161,8 @@ def test_normalize_false_or_both_off_builds_no_module():
 # ------------------------------------------------------------------- save, play, resume
 def _task(total=1536, **options):
     seed_everything(0)
-    return build(env="BeyondfitTest/Offset-v0", num_envs=4, total_env_steps=total,
-                 normalize=True, per_algo={"ppo": {"rollout_steps": 64, "epochs": 2,
-                                                   "minibatches": 2}},
+    return build(ppo_loss(), env="BeyondfitTest/Offset-v0", num_envs=4, total_env_steps=total,
+                 normalize=True, collector={"rollout_steps": 64, "epochs": 2, "minibatches": 2},
                  eval_every_env_steps=10_000, eval_episodes=2, target_return=None, **options)
 
 
@@ -272,7 +271,7 @@ def test_torchrun_two_ranks_save_statistics_of_both_ranks(tmp_path: Path) -> Non
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
          "-m", "beyondfit", "+task=cartpole", "device=cpu", "hydra.run.dir=run",
-         "task.normalize=true", f"task.total_env_steps={steps}", "task.per_algo.ppo.rollout_steps=32",
+         "task.normalize=true", f"task.total_env_steps={steps}", "task.collector.rollout_steps=32",
          "train.stop=null", "plots=false", "progress.bar=false"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -290,7 +289,7 @@ def test_torchrun_two_ranks_save_statistics_of_both_ranks(tmp_path: Path) -> Non
 def test_ppo_loss_uses_the_normalized_observations_it_was_collected_with():
     """The first minibatch of every rollout has ratio 1: the normalization it is scored with
     is the one the actions were sampled with."""
-    collector = _collector(log_probs=True)
+    collector = _collector(old_log_prob=True)
     loss = ppo_loss()
     batches = iter(collector)
     for _ in range(3):

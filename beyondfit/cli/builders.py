@@ -42,21 +42,22 @@ def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
 
 
 def build_task(task_cfg: DictConfig) -> Task:
-    """Instantiate ``cfg.task`` (its ``_target_`` is a task module's ``build``)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+    """Instantiate ``cfg.task``: its ``_target_`` is a builder returning a :class:`Task`.
 
-    try:
-        task = instantiate(task_cfg, _convert_="all")
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, BeyondfitError):
-            raise cause from None
-        if isinstance(cause, TypeError):
-            raise BeyondfitError(f"task options do not fit the task: {cause}") from None
-        raise BeyondfitError(f"cannot build the task: {exc}") from None
+    The builder may be anyone's (``mymod.build``, importable from the launch directory); every
+    way it can fail is one :class:`BeyondfitError` line (see :mod:`beyondfit.cli.targets`).
+    """
+    from beyondfit.cli.targets import instantiate_section
+
+    task = instantiate_section(task_cfg, "task")
+    target = task_cfg.get("_target_")
     if not isinstance(task, Task):
-        raise BeyondfitError(f"task._target_ returned {type(task).__name__}, not a beyondfit Task")
+        raise BeyondfitError(
+            f"task._target_={target!r} returned {type(task).__name__}, not a beyondfit Task: "
+            "end the builder with return Task(model=..., loss_fn=..., train_data=...) "
+            "(from beyondfit.tasks import Task)"
+        )
+    task.check(f"task._target_={target!r} returned a Task whose")
     return task
 
 

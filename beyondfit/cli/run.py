@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -40,9 +40,11 @@ if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
     CONF_DIR = PACKAGE_DIR.parent / "conf"
 
 
-def available(group: str) -> list[str]:
-    """The options of a config group (``task``, ``optimizer``, ...), from the shipped configs."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def available(group: str, config_dirs: Sequence[Path] = ()) -> list[str]:
+    """The options of a config group (``task``, ``optimizer``, ...): the shipped configs' and
+    those in the user's ``config_dirs`` (``--config-dir``, ``hydra.searchpath``)."""
+    dirs = [CONF_DIR, *config_dirs]
+    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
@@ -148,10 +150,10 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     )
 
 
-def no_task_message() -> str:
+def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
     """What to say when no task was picked."""
-    tasks = ", ".join(available("task"))
+    tasks = ", ".join(available("task", config_dirs))
     return (
         f"no task given; pick one with +task=NAME (available: {tasks}), "
-        "e.g. python -m beyondfit +task=cartpole"
+        "e.g. python -m beyondfit +task=cartpole; your own: python -m beyondfit.new NAME"
     )

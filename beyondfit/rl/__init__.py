@@ -15,7 +15,7 @@ validation. Nothing here runs a training loop::
 from beyondfit.rl.collector import RolloutBatch, RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
-from beyondfit.rl.losses import a2c_loss, make_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
 
@@ -27,7 +27,6 @@ __all__ = [
     "a2c_loss",
     "discounted_returns",
     "gae_advantages",
-    "make_loss",
     "make_vector_env",
     "ppo_loss",
     "reinforce_loss",

@@ -28,27 +28,36 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.envs import action_converter, observation_converter
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.returns import gae_advantages
+from beyondfit.rl.returns import discounted_returns, gae_advantages
 
 
 class RolloutBatch(NamedTuple):
     """Flat transitions from one rollout (or a minibatch of it); every field has leading size ``B``.
 
+    What a policy-gradient loss reads (field names follow Stable-Baselines3's rollout buffer).
+    Only valid transitions are in it: the reset step that Gymnasium's next-step autoreset inserts
+    after an episode's end never is.
+
     Attributes:
         obs: observations the actions were taken in, ``(B, *obs_shape)`` float32.
         actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32
-            (unclipped).
-        logp: their log-probabilities under the policy that collected them (the denominator of
-            PPO's ratio); ``None`` when the collector was built with ``log_probs=False``.
-        values: the critic's values at collection time.
-        advantages: GAE (``lambda=1``: return minus baseline, i.e. REINFORCE with a baseline).
-        returns: ``advantages + values``, the critic's regression target.
+            (unclipped: what the policy sampled, not what the env received).
+        old_log_prob: their log-probabilities under the policy that collected them (the
+            denominator of PPO's ratio), ``(B,)``; ``None`` when the collector was built with
+            ``old_log_prob=False``.
+        old_values: the critic's values of ``obs`` at collection time, ``(B,)``; ``None`` when
+            the policy has no critic.
+        advantages: ``(B,)``. With a critic: GAE(gamma, lambda) (``lambda=1``: return minus
+            baseline). Without: the discounted returns themselves.
+        returns: discounted returns-to-go, ``(B,)``: with a critic ``advantages + old_values``
+            (the critic's regression target, bootstrapped at truncations and at the rollout's
+            end); without one, cut there (nothing to bootstrap from).
     """
 
     obs: torch.Tensor
     actions: torch.Tensor
-    logp: torch.Tensor | None
-    values: torch.Tensor
+    old_log_prob: torch.Tensor | None
+    old_values: torch.Tensor | None
     advantages: torch.Tensor
     returns: torch.Tensor
 
@@ -67,8 +76,12 @@ class RolloutCollector:
         epochs: passes over each rollout (PPO); 1 for on-policy one-shot algorithms.
         minibatches: minibatches per pass; each pass reshuffles.
         seed: seeds the environments and the collector's own sampling/shuffling generator.
-        log_probs: record the collecting policy's log-probabilities (PPO needs them; REINFORCE
-            and A2C do not, and skip computing them).
+        old_log_prob: record the collecting policy's log-probabilities (PPO's ratio needs them;
+            REINFORCE and A2C do not, and skip computing them).
+
+    A policy with a critic (``policy.has_critic``) gets its values computed once per rollout
+    and GAE advantages; without one, no value is computed and the advantages are the
+    discounted returns (``gae_lambda`` is then unused).
         stop_epochs: optional ``() -> bool`` asked after each epoch over a rollout; ``True``
             skips that rollout's remaining epochs (PPO's early stop at a target KL: see
             :class:`beyondfit.rl.kl_stop.TargetKL`). Under several ranks it must answer the same
@@ -106,7 +119,7 @@ class RolloutCollector:
         epochs: int = 1,
         minibatches: int = 1,
         seed: int = 0,
-        log_probs: bool = True,
+        old_log_prob: bool = True,
         stop_epochs: Callable[[], bool] | None = None,
     ) -> None:
         for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
@@ -125,7 +138,8 @@ class RolloutCollector:
         self.num_steps, self.total_env_steps = num_steps, total_env_steps
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.epochs, self.minibatches, self.seed = epochs, minibatches, seed
-        self.log_probs = log_probs
+        self.old_log_prob = old_log_prob
+        self.critic = bool(getattr(policy, "has_critic", True))
         self.stop_epochs = stop_epochs
         self.rollout_hooks: list[Callable[[RolloutCollector], None]] = []
         self.normalizer = getattr(policy, "normalizer", None)
@@ -239,7 +253,7 @@ class RolloutCollector:
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
-        log_probs, next_obs = self.log_probs, self._next_obs
+        log_probs, next_obs = self.old_log_prob, self._next_obs
         with torch.inference_mode():
             for _ in range(T):
                 obs = to_obs(next_obs)
@@ -254,11 +268,13 @@ class RolloutCollector:
                 term_steps.append(term)
                 trunc_steps.append(trunc)
             obs_steps.append(to_obs(next_obs))
-            # The policy did not change during the rollout: the values of every step come from
-            # one batched critic pass instead of T small ones.
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
-            values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
+            values = None
+            if self.critic:
+                # The policy did not change during the rollout: the values of every step come
+                # from one batched critic pass instead of T small ones.
+                values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
             # Likewise the log-probabilities (PPO's denominator): one batched call, not T.
             logp = None
             if log_probs:
@@ -276,23 +292,32 @@ class RolloutCollector:
         self.env_steps += T * N
         self.rollouts += 1
 
-        advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
-                                    self.gae_lambda).to(device)
         # Indexing outside inference mode makes ordinary tensors that autograd may save.
         # (Indices once: a boolean mask would search for the kept rows again for every field.)
         keep = torch.from_numpy(np.flatnonzero(valid)).to(device)
-        flat_values = values[:T].reshape(-1)[keep]
-        flat_adv = advantages.reshape(-1)[keep]
+        if values is None:
+            # No critic, nothing to bootstrap from: returns stop at truncations and at the
+            # rollout's end, and they are the advantages (REINFORCE without a baseline).
+            no_bootstrap = np.zeros((T + 1, N), dtype=np.float32)
+            flat_returns = discounted_returns(rewards, no_bootstrap, terminated, truncated,
+                                              self.gamma).to(device).reshape(-1)[keep]
+            flat_values, flat_adv = None, flat_returns
+        else:
+            advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
+                                        self.gae_lambda).to(device)
+            flat_values = values[:T].reshape(-1)[keep]
+            flat_adv = advantages.reshape(-1)[keep]
+            flat_returns = flat_adv + flat_values
         flat_obs = obs_all[:T].flatten(0, 1)[keep]
         if normalizer is not None and normalizer.obs is not None:
             self._pending_moments = batch_moments(flat_obs.flatten(1))
         return RolloutBatch(
             obs=flat_obs,
             actions=actions.flatten(0, 1)[keep],
-            logp=None if logp is None else logp[keep],
-            values=flat_values,
+            old_log_prob=None if logp is None else logp[keep],
+            old_values=flat_values,
             advantages=flat_adv,
-            returns=flat_adv + flat_values,
+            returns=flat_returns,
         )
 
     def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from beyondfit.rl.envs import action_converter, make_vector_env
+from beyondfit.rl.envs import WrapperFn, action_converter, make_vector_env
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -25,6 +25,7 @@ class GreedyEvaluator:
         seed: seed of the evaluation envs (keep it apart from the training seed).
         progress: optional zero-argument callable (e.g. the collector's env-step count) recorded
             with each result in :attr:`history`.
+        wrappers: wrapper factories applied to each env copy, as in training.
     """
 
     def __init__(
@@ -33,8 +34,9 @@ class GreedyEvaluator:
         episodes: int = 20,
         seed: int = 0,
         progress: Callable[[], int] | None = None,
+        wrappers: Sequence[WrapperFn] = (),
     ) -> None:
-        self.envs = make_vector_env(env_id, episodes)
+        self.envs = make_vector_env(env_id, episodes, wrappers)
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._to_env = action_converter(self.envs.single_action_space)
         self._seeded = False

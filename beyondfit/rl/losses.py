@@ -1,9 +1,24 @@
-"""Policy-gradient algorithms as loss closures ``loss_fn(model, batch) -> dict``.
+"""Policy-gradient algorithms as loss closures ``loss_fn(policy, batch) -> dict``.
 
-Each closure takes a :class:`~beyondfit.rl.collector.RolloutBatch` and returns ``"loss"`` (what
-the engine differentiates) plus detached diagnostics, which the engine tracks as running means.
-What differs between the algorithms beyond these few lines lives in the collector settings:
-rollout length, GAE lambda, epochs and minibatches per rollout.
+A loss factory (``ppo_loss(clip_coef=0.2, ...)``) returns the closure; the config names the
+factory and its options under ``task.loss`` (``conf/algo/*.yaml``), beside the collector
+settings that make the algorithm (rollout length, GAE lambda, epochs and minibatches per rollout).
+A loss of your own is a factory like these in your own module, picked with
+``task.loss._target_=mymodule.my_loss`` or an ``algo`` config file of your own.
+
+What a loss may call on the policy (:class:`~beyondfit.rl.policies.ActorCritic`):
+
+- ``policy(obs)``: logits (``Discrete`` actions) or Gaussian means (``Box``), ``(B, n)``;
+- ``policy.log_prob_entropy(obs, actions)``: ``(log_prob, entropy)``, each ``(B,)``;
+- ``policy.log_prob(out, actions)``: log-probabilities under an output of ``policy(obs)``;
+- ``policy.value(obs)``: state values ``(B,)``, only when ``policy.has_critic``
+  (``task.critic=true``); a policy without a critic raises a clear error.
+
+What the batch holds: a :class:`~beyondfit.rl.collector.RolloutBatch` with ``obs``,
+``actions``, ``old_log_prob``, ``old_values``, ``advantages`` and ``returns`` (see its docstring).
+
+The closure returns ``"loss"`` (what the engine differentiates) plus detached diagnostics, which
+the engine logs as running means.
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ def clipped_value_loss(model: ActorCritic, batch: RolloutBatch, clip: float) -> 
     at most ``clip`` from the collection-time value before the loss stops rewarding it; the
     larger of the clipped and unclipped squared errors is taken."""
     values = model.value(batch.obs)
-    clipped = batch.values + (values - batch.values).clamp(-clip, clip)
+    clipped = batch.old_values + (values - batch.old_values).clamp(-clip, clip)
     return 0.5 * torch.max((values - batch.returns) ** 2, (clipped - batch.returns) ** 2).mean()
 
 
@@ -126,16 +141,17 @@ def ppo_loss(
     monitor = TargetKL(target_kl) if target_kl is not None else None
 
     def loss_fn(model: ActorCritic, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        if batch.logp is None:
+        if batch.old_log_prob is None:
             raise BeyondfitError(
                 "PPO needs the log-probabilities of the collecting policy, but the batch has "
-                "none: build the RolloutCollector with log_probs=True"
+                "none: build the RolloutCollector with old_log_prob=True (in the config: "
+                "task.collector.old_log_prob=true)"
             )
         c = coefficients
         clip_coef = c.clip_coef
         logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
         advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
-        log_ratio = logp - batch.logp
+        log_ratio = logp - batch.old_log_prob
         ratio = log_ratio.exp()
         surrogate = torch.min(ratio * advantages,
                               ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
@@ -158,20 +174,3 @@ def ppo_loss(
     loss_fn.coefficients = coefficients  # type: ignore[attr-defined]
     loss_fn.stop_epochs = monitor  # type: ignore[attr-defined]
     return loss_fn
-
-
-#: ``task.algo`` name -> loss-closure factory.
-ALGORITHMS: dict[str, Callable[..., LossFn]] = {
-    "reinforce": reinforce_loss,
-    "a2c": a2c_loss,
-    "ppo": ppo_loss,
-}
-
-
-def make_loss(algo: str, **options: float | bool) -> LossFn:
-    """The loss closure for ``algo`` (``reinforce``, ``a2c`` or ``ppo``) with its options."""
-    if algo not in ALGORITHMS:
-        raise BeyondfitError(
-            f"unknown task.algo={algo!r}; choose one of {', '.join(ALGORITHMS)}, e.g. task.algo=ppo"
-        )
-    return ALGORITHMS[algo](**options)

@@ -91,7 +91,8 @@ class ActorCritic(nn.Module):
         action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a
             learned, state-independent log standard deviation.
         hidden: hidden layer sizes of both MLPs.
-        value_head: build the critic (all built-in losses use it as baseline or for GAE).
+        value_head: build the critic (the built-in losses use it as baseline or for GAE; a loss
+            that needs no values runs without one, and the collector then computes none).
         log_std_init: initial log standard deviation of the Gaussian policy.
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
         normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
@@ -123,11 +124,17 @@ class ActorCritic(nn.Module):
         self.actor = mlp([obs_dim, *hidden, out_dim], 0.01, activation)
         self.critic = mlp([obs_dim, *hidden, 1], 1.0, activation) if value_head else None
         self.normalizer = normalizer
+        self._spaces = f"{observation_space} -> {action_space}"
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
         """What the networks see: observations flattened to ``(B, D)`` and normalized."""
         obs = obs.flatten(1)
         return obs if self.normalizer is None else self.normalizer(obs)
+
+    @property
+    def has_critic(self) -> bool:
+        """Whether :meth:`value` works (the collector computes values and GAE only then)."""
+        return self.critic is not None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (discrete) or action means (continuous), shape ``(B, n)``."""
@@ -202,7 +209,8 @@ class ActorCritic(nn.Module):
         """State values, shape ``(B,)``."""
         if self.critic is None:
             raise BeyondfitError(
-                "this policy has no value head but the loss needs one: build it with "
-                "value_head=True"
+                f"the policy {type(self).__name__}({self._spaces}) has no value head, but "
+                "something (the loss?) asked it for values: build it with value_head=True "
+                "(on the command line task.critic=true), or use a loss that needs no critic"
             )
         return self.critic(self.features(obs)).squeeze(-1)

@@ -23,6 +23,32 @@ if TYPE_CHECKING:
     from beyondfit.rl.collector import RolloutCollector
 
 
+def env_step_schedules(
+    anneal: Mapping[str, float | None] | None, collector: RolloutCollector, loss: Any
+) -> list[Callback]:
+    """``task.anneal`` (``{lr: 0.0, ent_coef: 0.0, clip_coef: 0.1}``: final values, ``lr`` as a
+    fraction of ``optimizer.lr``; missing or ``null``: constant) as the callbacks to give the
+    engine: none, or one :class:`EnvStepSchedules`."""
+    anneal = dict(anneal or {})
+    unknown = sorted(set(anneal) - {"lr", "ent_coef", "clip_coef", "vf_coef"})
+    if unknown:
+        raise BeyondfitError(
+            f"unknown task.anneal key(s) {unknown}; known: lr, ent_coef, clip_coef, vf_coef "
+            "(final values; lr as a fraction of optimizer.lr)"
+        )
+    for name, value in anneal.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
+                                  or value < 0):
+            raise BeyondfitError(
+                f"task.anneal.{name}={value!r} must be a number >= 0 (the final value) or null"
+            )
+    lr_end = anneal.pop("lr", None)
+    ends = {name: float(value) for name, value in anneal.items() if value is not None}
+    if lr_end is None and not ends:
+        return []
+    return [EnvStepSchedules(collector, lr_end, getattr(loss, "coefficients", None), ends)]
+
+
 def linear(start: float, end: float, progress: float) -> float:
     """``start`` at progress 0, ``end`` at progress 1, linear in between."""
     return start + (end - start) * progress
@@ -57,7 +83,8 @@ class EnvStepSchedules(Callback):
         ends = dict(ends or {})
         if ends and coefficients is None:
             raise BeyondfitError(
-                f"cannot anneal {sorted(ends)}: the loss has no adjustable coefficients"
+                f"cannot anneal {sorted(ends)}: the loss has no adjustable coefficients (a "
+                "loss closure exposes them as loss_fn.coefficients, as ppo_loss does)"
             )
         for name in ends:
             if not hasattr(coefficients, name):
