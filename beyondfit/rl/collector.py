@@ -217,13 +217,15 @@ class RolloutCollector:
             batch = self._collect(device)
             for hook in self.rollout_hooks:
                 hook(self)
-            for epoch in range(1, self.epochs + 1):
+            epochs_run = 0
+            while epochs_run < self.epochs:
                 yield from self._epoch_batches(batch, device)
+                epochs_run += 1
                 # Asked after every epoch, the last too, so the monitor starts afresh each rollout.
                 if self.stop_epochs is not None and self.stop_epochs():
                     break
             if self.stop_epochs is not None:
-                self._epochs_run[0] += epoch
+                self._epochs_run[0] += epochs_run
                 self._epochs_run[1] += 1
 
     def _epoch_batches(self, batch: RolloutBatch, device: torch.device) -> Iterator[RolloutBatch]:

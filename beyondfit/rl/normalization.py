@@ -217,7 +217,9 @@ def normalizer_options(options: Any, obs_size: int, gamma: float) -> Normalizer 
     known: Sequence[str] = ("observations", "rewards", "clip", "epsilon")
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise BeyondfitError(f"unknown task.normalize option(s) {unknown}; known: {', '.join(known)}")
+        raise BeyondfitError(
+            f"unknown task.normalize option(s) {unknown}; known: {', '.join(known)}"
+        )
     if not (options.get("observations", True) or options.get("rewards", True)):
         return None
     return Normalizer(obs_size, gamma=gamma, **options)
