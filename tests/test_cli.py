@@ -16,7 +16,7 @@ from beyondfit import BeyondfitError
 from beyondfit.cli.app import check_choices
 from beyondfit.cli.run import CONF_DIR, available, no_task_message, output_callbacks
 
-HEAVY = ("gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics")
+HEAVY = ("gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics", "Box2D", "mujoco")
 
 
 def cli(*args: str, cwd: Path | None = None, exe: tuple[str, ...] | None = None):
