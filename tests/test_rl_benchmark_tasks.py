@@ -91,3 +91,12 @@ def test_readme_mujoco_commands_learn_to_move(tmp_path, task):
     line = next(x for x in (done.stdout + done.stderr).splitlines() if "greedy val_return" in x)
     score = float(line.split("greedy val_return ")[1].split()[0])
     assert score > 1000, line  # a random policy scores about 0 (HalfCheetah) to 20 (Hopper)
+
+
+@pytest.mark.slow
+def test_readme_cartpole_command_with_every_option_solves_it(tmp_path):
+    args = ("+task=cartpole task.normalize=true task.anneal.lr=0.0 task.loss.target_kl=0.02 "
+            "task.loss.value_clip=0.2").split()
+    done = cli(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "CartPole-v1 solved" in done.stdout + done.stderr

@@ -28,6 +28,7 @@ from beyondfit.rl.normalization import (
     merge_moments,
     normalizer_options,
 )
+from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.play import load_policy, play
 from beyondfit.tasks.policy_gradient import build
 
@@ -257,11 +258,15 @@ def _rank_worker(rank: int, world: int, store: str) -> None:
         dist.all_gather(both, returns)
         assert torch.equal(both[0], both[1])  # reward scale too
         collector.close()
+        # PPO's early stop: ranks that measured different KLs still stop after the same epoch.
+        monitor = TargetKL(0.02)
+        monitor.record(torch.tensor([0.01, 0.035][rank]))
+        assert monitor() is True and monitor.last == pytest.approx(0.0225)
     finally:
         dist.destroy_process_group()
 
 
-def test_two_ranks_share_one_set_of_statistics(tmp_path: Path) -> None:
+def test_two_ranks_share_one_set_of_statistics_and_one_early_stop(tmp_path: Path) -> None:
     mp.spawn(_rank_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True)
 
 
@@ -284,6 +289,9 @@ def test_torchrun_two_ranks_save_statistics_of_both_ranks(tmp_path: Path) -> Non
     policy, _ = load_policy(tmp_path / "run")
     assert torch.equal(policy.state_dict()["normalizer.obs.moments"],
                        saved["model"]["normalizer.obs.moments"])
+    played = subprocess.run([sys.executable, "-m", "beyondfit.play", "run", "--episodes", "1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert played.returncode == 0 and "mean return" in played.stdout, played.stderr
 
 
 def test_ppo_loss_uses_the_normalized_observations_it_was_collected_with():
