@@ -21,6 +21,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.serialization import safe_load
 from beyondfit.rl import ActorCritic, RolloutCollector, make_vector_env, ppo_loss
+from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.normalization import (
     Normalizer,
     RunningMoments,
@@ -28,7 +29,6 @@ from beyondfit.rl.normalization import (
     merge_moments,
     normalizer_options,
 )
-from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.play import load_policy, play
 from beyondfit.tasks.policy_gradient import build
 
