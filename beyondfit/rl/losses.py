@@ -18,7 +18,13 @@ What the batch holds: a :class:`~beyondfit.rl.collector.RolloutBatch` with ``obs
 ``actions``, ``old_log_prob``, ``old_values``, ``advantages`` and ``returns`` (see its docstring).
 
 The closure returns ``"loss"`` (what the engine differentiates) plus detached diagnostics, which
-the engine logs as running means.
+the engine logs as running means. Observations in the batch are the raw ones: a policy with a
+``normalizer`` normalizes them itself, with the statistics the rollout was collected with.
+
+Two optional attributes of the closure (``ppo_loss`` has both; a loss of your own may too):
+``loss_fn.coefficients``, an object whose numeric attributes ``task.anneal`` may anneal by name
+(:mod:`beyondfit.rl.schedules`), and ``loss_fn.stop_epochs``, a ``() -> bool`` that the task
+hands the collector to end a rollout's epochs early (:mod:`beyondfit.rl.kl_stop`).
 """
 
 from __future__ import annotations
