@@ -92,7 +92,7 @@ def test_annealing_resumes_from_the_restored_env_step_count(tmp_path):
 
 
 @pytest.mark.parametrize(("anneal", "words"), [
-    ({"momentum": 0.0}, ["unknown task.anneal", "momentum"]),
+    ({"momentum": 0.0}, ["cannot anneal momentum", "no adjustable coefficients"]),
     ({"lr": -1}, ["task.anneal.lr=-1", ">= 0"]),
     ({"lr": True}, ["task.anneal.lr=True"]),
 ])
@@ -108,6 +108,8 @@ def test_annealing_a_coefficient_the_loss_lacks_is_a_clear_error():
 
     with pytest.raises(BeyondfitError, match="no adjustable coefficients"):
         _task(loss=my_loss, anneal={"ent_coef": 0.0})
+    with pytest.raises(BeyondfitError, match=r"task\.anneal\.momentum: the loss has no such"):
+        _task(anneal={"momentum": 0.0})
 
 
 def test_annealed_lr_and_a_scheduler_together_are_refused():
@@ -209,3 +211,32 @@ def test_cli_without_the_simulator_is_one_line_and_exit_2(tmp_path: Path, task, 
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and f'.[{extra}]"' in done.stderr, done.stderr
+
+
+def test_a_users_loss_with_its_own_coefficients_is_annealed_by_name():
+    class Knobs:
+        def __init__(self):
+            self.beta = 1.0
+
+    seen = []
+
+    def my_loss_factory():
+        knobs = Knobs()
+
+        def loss_fn(policy, batch):  # vanilla policy gradient with a KL-ish weight "beta"
+            seen.append(knobs.beta)
+            logp, _ = policy.log_prob_entropy(batch.obs, batch.actions)
+            return -(logp * batch.advantages).mean() * knobs.beta
+
+        loss_fn.coefficients = knobs
+        return loss_fn
+
+    seed_everything(0)
+    loss = my_loss_factory()
+    task = build(loss, env="CartPole-v1", num_envs=4, total_env_steps=4 * ROLLOUT, critic=False,
+                 collector={"rollout_steps": 32, "old_log_prob": False},
+                 eval_every_env_steps=100_000, eval_episodes=2, anneal={"beta": 0.0})
+    _engine(task).fit(task.train_data)
+    assert seen == [1.0, 0.75, 0.5, 0.25]
+    task.train_data.close()
+    task.val_data.close()

@@ -28,14 +28,9 @@ def env_step_schedules(
 ) -> list[Callback]:
     """``task.anneal`` (``{lr: 0.0, ent_coef: 0.0, clip_coef: 0.1}``: final values, ``lr`` as a
     fraction of ``optimizer.lr``; missing or ``null``: constant) as the callbacks to give the
-    engine: none, or one :class:`EnvStepSchedules`."""
+    engine: none, or one :class:`EnvStepSchedules`. Any other key names an attribute of the
+    loss's ``coefficients`` (a loss of your own may have its own)."""
     anneal = dict(anneal or {})
-    unknown = sorted(set(anneal) - {"lr", "ent_coef", "clip_coef", "vf_coef"})
-    if unknown:
-        raise BeyondfitError(
-            f"unknown task.anneal key(s) {unknown}; known: lr, ent_coef, clip_coef, vf_coef "
-            "(final values; lr as a fraction of optimizer.lr)"
-        )
     for name, value in anneal.items():
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
                                   or value < 0):
@@ -83,14 +78,15 @@ class EnvStepSchedules(Callback):
         ends = dict(ends or {})
         if ends and coefficients is None:
             raise BeyondfitError(
-                f"cannot anneal {sorted(ends)}: the loss has no adjustable coefficients (a "
-                "loss closure exposes them as loss_fn.coefficients, as ppo_loss does)"
+                f"cannot anneal {', '.join(sorted(ends))}: the loss has no adjustable "
+                "coefficients (a loss closure exposes them as loss_fn.coefficients, as ppo_loss "
+                "does); task.anneal.lr anneals the learning rate of any loss"
             )
         for name in ends:
             if not hasattr(coefficients, name):
                 raise BeyondfitError(
-                    f"cannot anneal {name!r}: the loss has no such coefficient (it has "
-                    f"{', '.join(sorted(vars(coefficients)))})"
+                    f"cannot anneal task.anneal.{name}: the loss has no such coefficient (it "
+                    f"has {', '.join(sorted(vars(coefficients)))}; the learning rate is lr)"
                 )
         self.starts = {name: float(getattr(coefficients, name)) for name in ends}
         self.ends = {name: float(value) for name, value in ends.items()}
