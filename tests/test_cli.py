@@ -23,7 +23,7 @@ from kit import cli
 # too, but that one imports optuna only when a search runs.)
 HEAVY = (
     "gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics", "wandb", "mlflow",
-    "optuna",
+    "optuna", "Box2D", "mujoco",
 )  # fmt: skip
 
 

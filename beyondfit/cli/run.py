@@ -93,7 +93,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
-    callbacks += task.callbacks  # e.g. early stopping: before the checkpointer's final save
+    callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
     options = engine_options(cfg.engine)
     options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt

@@ -13,6 +13,21 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
 
+#: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
+EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
+
+
+def missing_dependency(spec: gym.envs.registration.EnvSpec, exc: Exception) -> BeyondfitError:
+    """The one-line error for an env whose optional dependency is not installed."""
+    entry = str(spec.entry_point)
+    extra = next((name for module, name in EXTRAS.items() if entry.startswith(module)), None)
+    how = (f'pip install "beyondfit[{extra}]" (from a checkout: pip install -e ".[{extra}]")'
+           if extra else "install the package the message names")
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return BeyondfitError(f"env {spec.id!r} needs a package that is not installed ({reason}); "
+                          f"{how}")
+
+
 #: A Gymnasium wrapper factory: ``env -> wrapped env`` (a wrapper class, or a partial of one).
 WrapperFn = Callable[[gym.Env], gym.Env]
 
@@ -81,6 +96,8 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
             envs = gym.make_vec(spec, num_envs, vectorization_mode=mode)
     except BeyondfitError:
         raise
+    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
+        raise missing_dependency(spec, exc) from None
     except Exception as e:  # the env's constructor or a wrapper failed
         what = "its wrappers" if wrappers else "the env"
         raise BeyondfitError(

@@ -20,7 +20,8 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import safe_load
-from beyondfit.rl.envs import action_converter, env_spec
+from beyondfit.rl.envs import action_converter, env_spec, missing_dependency
+from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -39,9 +40,13 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
         raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
                              "by an RL task (python -m beyondfit +task=cartpole writes one)")
     env = make_env(meta)
+    normalizer = None
+    if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
+        obs_size = int(np.prod(env.observation_space.shape))
+        normalizer = Normalizer(obs_size, **meta["normalizer"])
     policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
                          activation=meta["activation"], log_std_init=meta["log_std_init"],
-                         value_head=meta.get("critic", True))
+                         value_head=meta.get("critic", True), normalizer=normalizer)
     env.close()
     policy.load_state_dict(state["model"])
     return policy.eval(), meta
@@ -49,12 +54,11 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
 
 def make_env(meta: dict, **kwargs: object) -> gym.Env:
     """The env a policy was trained on, with the wrappers it was trained with."""
+    spec = env_spec(meta["env"])
     try:
-        env = gym.make(env_spec(meta["env"]), **kwargs)
-    except gym.error.DependencyNotInstalled:
-        raise
-    except Exception as exc:
-        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
+        env = gym.make(spec, **kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        raise missing_dependency(spec, exc) from None
     wrappers = meta.get("wrappers", [])
     if wrappers is None:
         raise BeyondfitError(

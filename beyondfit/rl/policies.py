@@ -52,6 +52,9 @@ class ActorCritic(nn.Module):
             that needs no values runs without one, and the collector then computes none).
         log_std_init: initial log standard deviation of the Gaussian policy.
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
+        normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
+            Normalizer`): every method that takes observations takes raw ones and normalizes
+            them with its (saved, frozen outside collection) statistics.
     """
 
     def __init__(
@@ -62,6 +65,7 @@ class ActorCritic(nn.Module):
         value_head: bool = True,
         log_std_init: float = 0.0,
         activation: str = "tanh",
+        normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -82,7 +86,13 @@ class ActorCritic(nn.Module):
         self.critic = (
             mlp([obs_dim, *hidden, 1], activation, init="orthogonal") if value_head else None
         )
+        self.normalizer = normalizer
         self._spaces = f"{observation_space} -> {action_space}"
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the networks see: observations flattened to ``(B, D)`` and normalized."""
+        obs = obs.flatten(1)
+        return obs if self.normalizer is None else self.normalizer(obs)
 
     @property
     def has_critic(self) -> bool:
@@ -91,7 +101,7 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (discrete) or action means (continuous), shape ``(B, n)``."""
-        return self.actor(obs.flatten(1))
+        return self.actor(self.features(obs))
 
     def act(
         self,
@@ -166,4 +176,4 @@ class ActorCritic(nn.Module):
                 "something (the loss?) asked it for values: build it with value_head=True "
                 "(on the command line task.critic=true), or use a loss that needs no critic"
             )
-        return self.critic(obs.flatten(1)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)

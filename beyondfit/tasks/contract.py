@@ -78,7 +78,8 @@ class Task:
         finish: called once after training (on rank 0) with the engine and the run directory;
             it may save artifacts there and returns the report lines to print (baselines,
             where things were written) or ``None``. Close what the task opened (envs) here.
-        callbacks: callbacks the task needs in the engine (e.g. early stopping), run before
+        callbacks: engine callbacks the task needs besides the command line's own (early
+            stopping, the RL tasks' schedules over env steps); they run on every rank, before
             the checkpointer, so a final checkpoint holds what they leave (restored weights).
     """
 

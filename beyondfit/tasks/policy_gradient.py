@@ -20,13 +20,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import LossFn
+from beyondfit.rl.normalization import normalizer_options
 from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.schedules import env_step_schedules
 from beyondfit.tasks import Task
 
 if TYPE_CHECKING:
@@ -59,6 +63,8 @@ def build(
     eval_every_env_steps: int = 2048,
     eval_episodes: int = 20,
     target_return: float | None = None,
+    normalize: bool | Mapping[str, Any] | None = None,
+    anneal: Mapping[str, float | None] | None = None,
 ) -> Task:
     """Build the RL task: policy, rollout collector, the given loss closure, greedy evaluator.
 
@@ -87,6 +93,13 @@ def build(
         eval_episodes: greedy episodes per evaluation.
         target_return: what counts as solved in the summary line (and the usual stop rule);
             ``None``: the env's registered ``reward_threshold``, if any.
+        normalize: running normalization inside the policy (:mod:`beyondfit.rl.normalization`):
+            ``true`` for observations and rewards, or a mapping (``observations``, ``rewards``,
+            ``clip``, ``epsilon``); ``null``/``false`` for none.
+        anneal: linear schedules over ``total_env_steps`` (:mod:`beyondfit.rl.schedules`):
+            ``lr`` is the final learning rate as a fraction of ``optimizer.lr`` (0.0 anneals to
+            zero; ``null`` keeps it constant), ``ent_coef`` and ``clip_coef`` (PPO) the final
+            values of those coefficients.
     """
     started = time.perf_counter()
     if not callable(loss):
@@ -124,27 +137,33 @@ def build(
 
     envs = make_vector_env(env, num_envs, wrappers)
     try:
+        obs_size = int(np.prod(envs.single_observation_space.shape))
+        normalizer = normalizer_options(normalize, obs_size, gamma)
         policy = ActorCritic(envs.single_observation_space, envs.single_action_space,
                              hidden=tuple(hidden), value_head=bool(critic),
-                             log_std_init=log_std_init, activation=activation)
+                             log_std_init=log_std_init, activation=activation,
+                             normalizer=normalizer)
         data = RolloutCollector(
             envs, policy,
             num_steps=settings["rollout_steps"], total_env_steps=total_env_steps, gamma=gamma,
             gae_lambda=settings["gae_lambda"], epochs=settings["epochs"],
             minibatches=settings["minibatches"], seed=seed,
             old_log_prob=bool(settings["old_log_prob"]),
+            stop_epochs=getattr(loss, "stop_epochs", None),
         )
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                     progress=lambda: data.env_steps, wrappers=wrappers)
     except BaseException:
         envs.close()
         raise
+    callbacks = env_step_schedules(anneal, data, loss)
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
     architecture = {"env": env, "hidden": list(hidden), "activation": activation,
                     "log_std_init": log_std_init, "critic": bool(critic),
-                    "wrappers": describe_wrappers(wrappers)}
+                    "wrappers": describe_wrappers(wrappers),
+                    "normalizer": None if normalizer is None else normalizer.describe()}
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
@@ -178,6 +197,7 @@ def build(
         val_data=evaluator,
         eval_every=rollouts_between_evals * data.batches_per_rollout,
         finish=finish,
+        callbacks=callbacks,
     )
 
 
