@@ -165,9 +165,8 @@ def throughput(num_envs: int, env_steps: int, repeats: int) -> tuple[float, floa
     def collector() -> float:
         # One batch per rollout: cutting a rollout into PPO's minibatch epochs belongs to the
         # updates. What is timed is stepping, sampling, log-probs, values and advantages.
-        algo = "task.per_algo.ppo"
         overrides = [f"task.num_envs={num_envs}", f"task.total_env_steps={env_steps}",
-                     f"{algo}.epochs=1", f"{algo}.minibatches=1"]
+                     "task.collector.epochs=1", "task.collector.minibatches=1"]
         cfg = compose("cartpole", overrides)
         seed_everything(0)
         data = build_task(cfg.task).train_data

@@ -39,6 +39,7 @@ if _starting_the_command_line():
 _EXPORTS = {
     "BeyondfitError": "beyondfit.core",
     "Callback": "beyondfit.core",
+    "EarlyStopping": "beyondfit.core",
     "Engine": "beyondfit.core",
     "StopRule": "beyondfit.core",
     "Update": "beyondfit.core",
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from beyondfit.core import (
         BeyondfitError,
         Callback,
+        EarlyStopping,
         Engine,
         StopRule,
         Update,
@@ -77,6 +79,7 @@ __all__ = [
     "Checkpointer",
     "ConsoleLogger",
     "CsvFile",
+    "EarlyStopping",
     "Engine",
     "GracefulInterrupt",
     "MetricsFile",

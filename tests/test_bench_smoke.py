@@ -127,3 +127,42 @@ def test_cartpole_bench_runs_beyondfit_the_raw_loop_and_the_throughput_table():
         assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
     collector, bare, with_critic = cartpole.throughput(8, env_steps=512, repeats=1)
     assert min(collector, bare, with_critic) > 0
+
+
+def test_tabular_bench_scores_every_model_on_held_out_rows():
+    pytest.importorskip("torchmetrics")
+    tabular = _load("tabular")
+    problems = [
+        tabular.Problem("tiny", "smooth 120x4", "regression",
+                        lambda: tabular.smooth_table(120, 4), True),
+        tabular.Problem("wine", "wine", "classification", lambda: tabular.wine()[:2]),
+    ]
+    results = {p.name: tabular.measure(p, 1, ["train.epochs=40", "plots=false"])
+               for p in problems}
+    for result in results.values():
+        assert set(result["score"]) == {"beyondfit", "beyondfit val", "MLP", "HGB", "linear"}
+        assert result["time"]["beyondfit"] > 0 and result["time"]["MLP"] > 0
+    assert results["wine"]["score"]["beyondfit"] > 0.8  # scored on rows the run never saw
+    text = tabular.table(results, problems)
+    assert "| smooth 120x4 | R² |" in text and "| wine | accuracy |" in text
+
+
+def test_pg_tasks_bench_runs_both_methods_and_tabulates_stored_results(tmp_path):
+    """bench/pg_tasks.py on a 512-step Hopper budget: both methods' code paths, the result
+    files, and a table read back from them (no run repeated once its file exists)."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("mujoco")
+    pg = _load("pg_tasks")
+    bench = pg.Bench("hopper", "Hopper-v5", 512, None, None)
+    pg.METHODS["beyondfit"] = lambda b, s: pg.run_beyondfit(
+        b, s, ("task.collector.rollout_steps=256", "task.collector.minibatches=2",
+               "task.collector.epochs=1", "task.eval_episodes=2"))
+    pg.run_missing(tmp_path, [("beyondfit", bench, 0), ("sb3", bench, 0)])
+    for method in ("beyondfit", "sb3"):
+        (result,) = pg.load(tmp_path, method, bench, seeds=1)
+        assert result["env_steps"] == 512 and result["cpu_seconds"] > 0
+        assert result["evaluations"][-1][0] == 512
+    pg.METHODS["sb3"] = pg.METHODS["beyondfit"] = None  # stored: neither runs again
+    pg.run_missing(tmp_path, [("beyondfit", bench, 0), ("sb3", bench, 0)])
+    text = pg.table(tmp_path, {"hopper": bench}, seeds=1)
+    assert "beyondfit `+task=hopper`" in text and "SB3 PPO (RL-Zoo)" in text

@@ -23,7 +23,7 @@ from kit import cli
 # too, but that one imports optuna only when a search runs.)
 HEAVY = (
     "gymnasium", "tensorboard", "matplotlib", "sklearn", "torchmetrics", "wandb", "mlflow",
-    "optuna",
+    "optuna", "Box2D", "mujoco",
 )  # fmt: skip
 
 
@@ -58,7 +58,8 @@ def test_experiment_presets_pick_the_task_and_a_sweep() -> None:
     assert sweep.task._target_ == "beyondfit.tasks.regression.build"
     assert sweep.train.epochs == 60  # the preset wins over the task's own default (120)
     assert dict(sweep.hydra.sweeper.params) == {"optimizer.lr": "0.001,0.01", "seed": "0,1,2"}
-    assert cartpole.task.algo == "ppo" and cartpole.train.stop is None
+    assert cartpole.task.loss._target_ == "beyondfit.rl.losses.ppo_loss"
+    assert cartpole.train.stop is None
 
 
 def test_unknown_logger_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:

@@ -381,9 +381,11 @@ def _check_data_loaders(rank: int, world: int) -> None:
 def _check_rl_collectors(rank: int, world: int) -> None:
     """RL: each rank steps its own envs (own seed, half the env-step budget); the logged
     env_steps are the sum over ranks, and the policies stay equal."""
+    from beyondfit.rl.losses import a2c_loss
     from beyondfit.tasks.policy_gradient import build
 
-    task = build(seed=0, algo="a2c", num_envs=4, total_env_steps=2048, eval_episodes=2)
+    task = build(a2c_loss(), seed=0, num_envs=4, total_env_steps=2048, eval_episodes=2,
+                 collector={"rollout_steps": 8, "gae_lambda": 0.9, "old_log_prob": False})
     recorder = Recorder()
     engine = Engine(task.model, task.loss_fn, torch.optim.Adam(task.model.parameters(), 3e-3),
                     device="cpu", callbacks=[recorder], log_every=1)
@@ -485,7 +487,10 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path: Path) -> None:
-    result = torchrun("+task=regression", "train.epochs=3", "device=cpu", cwd=tmp_path)
+    # No early stopping: the final checkpoint holds the last evaluated weights, not restored
+    # best ones, so it can be scored against the last logged validation row.
+    no_stop = "task.early_stopping=null"
+    result = torchrun("+task=regression", "train.epochs=3", "device=cpu", no_stop, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     # One Hydra run directory (rank 0 composed it); nothing else appeared where we ran.
     assert [p.name for p in tmp_path.iterdir()] == ["outputs"]
@@ -505,7 +510,7 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     # final checkpoint gets the same numbers.
     (checkpoint,) = (run_dir / "checkpoints").glob("step-*.pt")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose(config_name="config", overrides=["+task=regression", "device=cpu"])
+        cfg = compose(config_name="config", overrides=["+task=regression", "device=cpu", no_stop])
     task = build_task(cfg.task)
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
                     strategy="none")
@@ -519,7 +524,7 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     # ... and the run continues in one process, in the same directory.
     resumed = subprocess.run(
         [sys.executable, "-m", "beyondfit", "+task=regression", f"resume={run_dir}",
-         "train.epochs=4", "device=cpu"],
+         "train.epochs=4", "device=cpu", no_stop],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -541,12 +546,12 @@ def _check_summed_env_steps(logged: list) -> None:
     assert train
     # A2C: one optimizer step per rollout of 16 steps x 8 envs on each of the 2 ranks.
     assert all(r["env_steps"] == r["step"] * 16 * 8 * WORLD for r in train)
-    # (the run pins task.algo=a2c and its rollout length, whatever the task's default is)
+    # (the run pins algo=a2c and its rollout length, whatever the task's default is)
 
 
 @pytest.mark.slow
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
-    result, logged = _cartpole(tmp_path, "task.algo=a2c", "task.per_algo.a2c.rollout_steps=16")
+    result, logged = _cartpole(tmp_path, "algo=a2c", "task.collector.rollout_steps=16")
     _check_summed_env_steps(logged)
     val = [r["val_return"] for r in logged if r["kind"] == "val"]
     assert val[-1] >= 475 and "CartPole-v1 solved" in result.stdout

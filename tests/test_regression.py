@@ -12,6 +12,9 @@ from hydra import compose, initialize_config_dir
 from beyondfit import BeyondfitError
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.data import load_table
+from beyondfit.tasks import regression
+from beyondfit.tasks.regression import least_squares_r2
+from beyondfit.tasks.supervised import auto_batch_size, auto_hidden
 
 from kit import cli
 
@@ -36,9 +39,39 @@ def test_default_regression_run_beats_least_squares_minus_margin(tmp_path: Path)
     assert model_r2 >= ols_r2 - 0.02
     rows = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     epochs = [r for r in rows if r["kind"] == "epoch"]
-    assert [r["epoch"] for r in epochs] == list(range(1, 121))
+    # Early stopping ends the 300-epoch budget once val_loss stops improving for 10 epochs.
+    assert [r["epoch"] for r in epochs] == list(range(1, len(epochs) + 1))
+    assert 10 < len(epochs) < 300
+    assert "early stopping: stopped early; best val_loss" in result.stdout
+    best = min(r["val_loss"] for r in epochs)
+    restored = next(r for r in epochs if r["val_loss"] == best)
+    assert model_r2 == pytest.approx(restored["val_r2"], abs=1e-4)  # the best epoch's weights
     assert {"loss", "val_loss", "val_r2"} <= set(epochs[-1])
     assert (tmp_path / ".hydra" / "config.yaml").is_file()
+    saved = json.loads((tmp_path / "preprocessing.json").read_text())
+    assert saved["inputs"] == [f"x{i}" for i in range(10)] and len(saved["target_mean"]) == 1
+
+
+def test_auto_sizes_follow_the_table() -> None:
+    assert auto_hidden("auto", 300) == [64, 64] and auto_hidden("auto", 4000) == [128, 128]
+    assert auto_hidden("auto", 50_000) == [256, 256] and auto_hidden(32, 10) == [32]
+    assert auto_batch_size("auto", 300) == 32 and auto_batch_size("auto", 4000) == 128
+    assert auto_batch_size("auto", 10**6) == 256 and auto_batch_size(7, 10) == 7
+    with pytest.raises(BeyondfitError, match=r"task\.hidden='big'; give 'auto' or a list"):
+        auto_hidden("big", 10)
+    with pytest.raises(BeyondfitError, match=r"task\.batch_size=0"):
+        auto_batch_size(0, 10)
+
+
+def test_training_starts_at_least_squares_and_can_run_every_epoch(tmp_path: Path) -> None:
+    task = regression.build(seed=0)
+    stopper = task.callbacks[0]
+    x_val, y_val = task.val_data[0]
+    ols = least_squares_r2(*task.train_data.tensors, x_val, y_val)
+    assert stopper.start_logs["val_r2"] == pytest.approx(ols, abs=1e-4)
+    assert not regression.build(seed=0, early_stopping=None).callbacks
+    history = run(config("task.early_stopping=null", "train.epochs=3", "plots=false"), tmp_path)
+    assert len(history) == 3
 
 
 def test_user_csv_and_npz_files_train(tmp_path: Path) -> None:
@@ -92,9 +125,10 @@ def test_bad_config_values_are_clear(override: str, message: str, tmp_path: Path
 def test_cli_reports_bad_data_file_in_one_line(tmp_path: Path) -> None:
     bad = write_csv(tmp_path / "bad.csv", [["a", "y"], ["1", "2"], ["nan", "3"], ["2", "4"]])
     result = cli("+task=regression", f"task.data.path={bad}", "task.data.target=y",
-                 f"hydra.run.dir={tmp_path / 'run'}")
+                 "task.data.missing=refuse", f"hydra.run.dir={tmp_path / 'run'}")
     assert result.returncode == 2
-    assert "NaN or inf" in result.stderr and result.stderr.count("\n") == 1
+    assert "missing value in column 'a' at line 3" in result.stderr
+    assert result.stderr.count("\n") == 1
 
 
 # ---------------------------------------------------------------- bad input: data files
@@ -112,8 +146,8 @@ def test_csv_without_target_option(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("", "is empty"), ("a,y\n", "no data rows"), ("a,y\n1,x\n", "not a number"),
-     ("a,y\n1,inf\n2,3\n", "NaN or inf"), ("a,y\n1\n", "has 1 fields")],
+    [("", "is empty"), ("a,y\n", "no data rows"), ("a,y\n1,x\n", r"column 'y' holds text"),
+     ("a,y\n1,inf\n2,3\n", "an infinity"), ("a,y\n1\n", "has 1 fields")],
 )
 def test_bad_csv_contents(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "t.csv"
@@ -130,7 +164,7 @@ def test_bad_npz_contents(tmp_path: Path) -> None:
     with pytest.raises(BeyondfitError, match="empty"):
         load_table(tmp_path / "empty.npz")
     np.savez(tmp_path / "nan.npz", x=np.array([[1.0], [np.nan]]), y=np.ones(2))
-    with pytest.raises(BeyondfitError, match="NaN or inf features"):
+    with pytest.raises(BeyondfitError, match="missing value in column 'x0' at row 2"):
         load_table(tmp_path / "nan.npz")
     (tmp_path / "data.parquet").write_text("x")
     with pytest.raises(BeyondfitError, match="suffix"):

@@ -45,9 +45,10 @@ def constant_critic(policy: ActorCritic, value: float) -> ActorCritic:
     return policy
 
 
-def collector(env_id: str, num_envs: int = 2, **kwargs) -> RolloutCollector:
+def collector(env_id: str, num_envs: int = 2, critic: bool = True, **kwargs) -> RolloutCollector:
     envs = make_vector_env(env_id, num_envs)
-    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,),
+                         value_head=critic)
     kwargs = {"num_steps": 8, "total_env_steps": 10**6, "gamma": 1.0, "gae_lambda": 1.0, **kwargs}
     return RolloutCollector(envs, policy, **kwargs)
 
@@ -85,6 +86,32 @@ def test_rollout_end_bootstraps_from_the_next_value():
     assert torch.allclose(batch.returns, torch.tensor([1 + 0.5 * (1 + 0.5 * 4.0), 1 + 0.5 * 4.0]))
 
 
+def test_without_a_critic_advantages_are_discounted_returns_cut_at_the_rollout_end():
+    col = collector("BeyondfitTest/Timed-v0", num_envs=1, num_steps=6, gamma=0.5, critic=False)
+    batch = next(iter(col))
+    assert batch.old_values is None  # no critic ran
+    # obs 0..3, truncated at obs 3: nothing to bootstrap from, so the return stops there; the
+    # reset step (dropped); obs 0 of the next episode, cut by the rollout's end.
+    assert batch.obs.flatten().tolist() == [0.0, 1.0, 2.0, 3.0, 0.0]
+    g3 = 1.0
+    g2 = 1 + 0.5 * g3
+    g1 = 1 + 0.5 * g2
+    g0 = 1 + 0.5 * g1
+    assert torch.allclose(batch.returns, torch.tensor([g0, g1, g2, g3, 1.0]))
+    assert torch.equal(batch.advantages, batch.returns)
+
+
+def test_a_loss_that_needs_values_names_the_policy_without_a_critic():
+    from beyondfit.core.errors import BeyondfitError
+    from beyondfit.rl.losses import a2c_loss
+
+    col = collector("BeyondfitTest/Count-v0", critic=False)
+    batch = next(iter(col))
+    message = r"policy ActorCritic\(Box.*no value head.*task.critic"
+    with pytest.raises(BeyondfitError, match=message):
+        a2c_loss()(col.policy, batch)
+
+
 def test_episode_statistics_span_rollouts_and_skip_empty_intervals():
     col = collector("BeyondfitTest/Count-v0", num_envs=1, num_steps=2)
     batches = iter(col)
@@ -112,7 +139,7 @@ def test_stops_after_the_env_step_budget_and_yields_epochs_of_minibatches():
 
     def rows(epoch):  # each row's fields side by side, in a canonical order
         cat = [torch.cat([getattr(b, f).reshape(len(b.obs), -1).float() for b in epoch])
-               for f in ("obs", "actions", "logp", "values", "advantages", "returns")]
+               for f in ("obs", "actions", "old_log_prob", "old_values", "advantages", "returns")]
         return sorted(map(tuple, torch.cat(cat, 1).tolist()))
 
     assert rows(batches[3:6]) == rows(first_epoch)  # the second epoch reshuffles the same rows
@@ -185,13 +212,13 @@ def test_length_is_the_number_of_batches_of_a_full_pass():
 
 def test_log_probs_are_optional_and_ppo_asks_for_them():
     from beyondfit.core.errors import BeyondfitError
-    from beyondfit.rl.losses import make_loss
+    from beyondfit.rl.losses import ppo_loss
 
-    col = collector("BeyondfitTest/Count-v0", log_probs=False, minibatches=2)
+    col = collector("BeyondfitTest/Count-v0", old_log_prob=False, minibatches=2)
     batch = next(iter(col))
-    assert batch.logp is None
-    with pytest.raises(BeyondfitError, match="log_probs=True"):
-        make_loss("ppo")(col.policy, batch)
+    assert batch.old_log_prob is None
+    with pytest.raises(BeyondfitError, match="old_log_prob=True"):
+        ppo_loss()(col.policy, batch)
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -203,5 +230,5 @@ def test_recorded_log_probs_are_the_collecting_policys(env_id):
     batch = next(iter(col))
     with torch.no_grad():
         logp, _ = col.policy.log_prob_entropy(batch.obs, batch.actions)
-    assert torch.allclose(batch.logp, logp, atol=1e-5)
+    assert torch.allclose(batch.old_log_prob, logp, atol=1e-5)
     col.close()

@@ -6,14 +6,16 @@ import torch
 
 from beyondfit.nets import mlp
 from beyondfit.rl.collector import RolloutBatch
-from beyondfit.rl.losses import make_loss
+from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
 from beyondfit.rl.policies import ActorCritic
+
+LOSSES = {"reinforce": reinforce_loss, "a2c": a2c_loss, "ppo": ppo_loss}
 
 OBS = gym.spaces.Box(-1.0, 1.0, (3,))
 
 
 def one_step(model: ActorCritic, algo: str, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-    loss_fn = make_loss(algo, **({"clip_coef": 0.2} if algo == "ppo" else {}))
+    loss_fn = LOSSES[algo]()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     out = loss_fn(model, batch)
     optimizer.zero_grad()
@@ -63,8 +65,8 @@ def test_ppo_clipped_ratio_gives_no_policy_gradient():
     batch = batch_for(model, obs, actions, torch.tensor([1.0, 1.0]))
     # The old policy gave these actions far lower probability: ratio = e^2 >> 1 + clip, and
     # with a positive advantage the clipped term wins, which is constant in the parameters.
-    far = batch._replace(logp=batch.logp - 2.0)
-    out = make_loss("ppo", clip_coef=0.2, vf_coef=0.0, normalize_advantages=False)(model, far)
+    far = batch._replace(old_log_prob=batch.old_log_prob - 2.0)
+    out = ppo_loss(clip_coef=0.2, vf_coef=0.0, normalize_advantages=False)(model, far)
     out["loss"].backward()
     assert out["clip_frac"].item() == 1.0 and out["approx_kl"].item() > 0
     assert all(p.grad is None or p.grad.abs().max() == 0 for p in model.actor.parameters())

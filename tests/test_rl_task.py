@@ -12,9 +12,25 @@ from beyondfit.core.callbacks import StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
-from beyondfit.tasks.policy_gradient import build
+from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
+from beyondfit.tasks.policy_gradient import build as build_pg
 
 from kit import cli
+
+# The tuned collector settings of conf/algo/*.yaml, for the Python API.
+ALGOS = {
+    "reinforce": (reinforce_loss, {"rollout_steps": 64, "gae_lambda": 1.0,
+                                   "old_log_prob": False}),
+    "a2c": (a2c_loss, {"rollout_steps": 8, "gae_lambda": 0.9, "old_log_prob": False}),
+    "ppo": (ppo_loss, {"rollout_steps": 64, "gae_lambda": 0.9, "epochs": 10, "minibatches": 3}),
+}
+
+
+def build(algo: str = "ppo", **options):
+    """The task with one of the built-in algorithms, as its config file sets it up."""
+    factory, collector = ALGOS[algo]
+    return build_pg(factory(), **{"collector": collector, **options})
+
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -50,20 +66,23 @@ gym.register("BeyondfitTest/TupleAction-v0", entry_point=TupleActionEnv)
         ({"env": "NoSuchEnv-v9"}, ["task.env='NoSuchEnv-v9'", "unknown"]),
         ({"env": "BeyondfitTest/DictObs-v0"}, ["observation space", "Dict", "not supported"]),
         ({"env": "BeyondfitTest/TupleAction-v0"}, ["action space", "Tuple", "not supported"]),
-        ({"algo": "dqn"}, ["task.algo='dqn'", "reinforce, a2c, ppo"]),
+        ({"loss": "ppo"}, ["task.loss is str", "task.loss._target_="]),
         ({"num_envs": 0}, ["task.num_envs=0", "positive"]),
         ({"num_envs": -3}, ["task.num_envs=-3", "positive"]),
-        ({"per_algo": {"ppo": {"rollout_steps": 0}}}, ["rollout_steps=0", "positive"]),
+        ({"collector": {"rollout_steps": 0}}, ["task.collector.rollout_steps=0", "positive"]),
         ({"gamma": 1.5}, ["task.gamma=1.5", "[0, 1]"]),
         ({"gamma": -0.1}, ["task.gamma=-0.1", "[0, 1]"]),
-        ({"per_algo": {"ppo": {"gae_lambda": 2}}}, ["gae_lambda=2", "[0, 1]"]),
-        ({"per_algo": {"ppo": {"horizon": 5}}}, ["horizon", "task.per_algo.ppo"]),
+        ({"collector": {"gae_lambda": 2}}, ["task.collector.gae_lambda=2", "[0, 1]"]),
+        ({"collector": {"horizon": 5}}, ["horizon", "task.collector"]),
         ({"activation": "gelu"}, ["task.activation='gelu'", "relu, tanh"]),
     ],
 )
 def test_bad_input_is_a_clear_error(options, words):
     with pytest.raises(BeyondfitError) as info:
-        build(**options)
+        if "loss" in options:
+            build_pg(**options)
+        else:
+            build(**options)
     message = str(info.value)
     assert "\n" not in message
     for word in words:
@@ -108,7 +127,7 @@ def test_same_seed_same_result_on_cpu():
 
 def test_continuous_task_builds_and_steps():
     _, engine = train(0, total_env_steps=1024, env="Pendulum-v1", algo="ppo",
-                      per_algo={"ppo": {"rollout_steps": 64, "epochs": 2, "minibatches": 2}})
+                      collector={"rollout_steps": 64, "epochs": 2, "minibatches": 2})
     assert engine.global_step == 2 * 2 * 2  # 2 rollouts of 64 x 8 env steps, 4 batches each
 
 
@@ -122,11 +141,12 @@ def test_stop_rule_ends_training_at_the_target():
     assert task.train_data.env_steps < 10**6
 
 
-def test_cli_bad_algo_is_one_line_and_exit_2(tmp_path):
-    done = cli("+task=cartpole", "task.algo=dqn", f"hydra.run.dir={tmp_path}",
-               cwd=tmp_path)
+def test_cli_bad_collector_setting_is_one_line_and_exit_2(tmp_path):
+    done = cli("+task=cartpole", "task.collector.epochs=0",
+               f"hydra.run.dir={tmp_path}", cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.strip().count("\n") == 0 and "task.algo='dqn'" in done.stderr
+    assert done.stderr.strip().count("\n") == 0
+    assert "task.collector.epochs=0" in done.stderr
 
 
 @pytest.mark.slow
@@ -144,8 +164,9 @@ def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
 
 @pytest.mark.parametrize(("task", "algo", "clip_norm", "lr"),
                          [("cartpole", "ppo", None, 0.005), ("cartpole", "a2c", 0.5, 0.003),
-                          ("cartpole", "reinforce", 0.5, 0.003), ("acrobot", "ppo", 0.5, 0.003),
-                          ("pendulum", "ppo", 0.5, 0.001)])
+                          ("cartpole", "reinforce", 0.5, 0.003),
+                          ("acrobot", "ppo_acrobot", 0.5, 0.003),
+                          ("pendulum", "ppo_pendulum", 0.5, 0.001)])
 def test_engine_and_optimizer_follow_the_chosen_algorithms_tuning(task, algo, clip_norm, lr):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
@@ -153,12 +174,12 @@ def test_engine_and_optimizer_follow_the_chosen_algorithms_tuning(task, algo, cl
     from beyondfit.cli.run import CONF_DIR, build_task
 
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", [f"+task={task}", f"task.algo={algo}", "task.num_envs=2"])
-        mine = compose("config", [f"+task={task}", f"task.algo={algo}", "engine.clip_norm=2",
+        cfg = compose("config", [f"+task={task}", f"algo={algo}", "task.num_envs=2"])
+        mine = compose("config", [f"+task={task}", f"algo={algo}", "engine.clip_norm=2",
                                   "optimizer.lr=0.01"])
     assert OmegaConf.to_container(cfg.engine, resolve=True)["clip_norm"] == clip_norm
     assert cfg.optimizer.lr == lr
     assert mine.engine.clip_norm == 2 and mine.optimizer.lr == 0.01  # the command line wins
-    built = build_task(cfg.task)  # the task builder accepts the per-algo clip_norm key
+    built = build_task(cfg.task)  # the task builder takes the algorithm's settings
     built.train_data.close()
     built.val_data.close()

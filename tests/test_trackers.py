@@ -26,6 +26,8 @@ from beyondfit.cli.builders import build_loggers
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.core.callbacks import Callback
 
+from kit import cli
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -53,13 +55,6 @@ def tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
         if key.startswith(("WANDB_", "MLFLOW_")):
             monkeypatch.setenv(key, value)
     return env
-
-
-def cli(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "beyondfit", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
 
 
 def logged_values(run_dir: Path) -> list[tuple[str, int, float]]:

@@ -52,10 +52,47 @@ def fail(message: str) -> None:
 _OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
 
 
+_GROUP_HOW = {
+    "optimizer": "optimizer=NAME",
+    "algo": "algo=NAME",
+    "scheduler": "scheduler=NAME",
+    "logger": "logger=[NAME,...] or +logger=NAME",
+}
+
+
+def user_config_dirs(args: list[str]) -> list[Path]:
+    """The config directories the user adds: ``--config-dir DIR`` (``-cd``) and the
+    ``file://`` entries of ``hydra.searchpath=[...]``; exits with one line if one is missing."""
+    found: list[tuple[str, str]] = []
+    for i, arg in enumerate(args):
+        flag, sep, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            if not sep:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            found.append((f"--config-dir {value}", value))
+        elif flag.lstrip("+") == "hydra.searchpath":
+            for entry in value.strip().strip("[]").split(","):
+                entry = entry.strip().strip("'\"")
+                if entry.startswith("file://"):
+                    found.append((f"hydra.searchpath entry {entry}", entry[len("file://"):]))
+    dirs = []
+    for where, value in found:
+        path = Path(value).expanduser().absolute()
+        if not value or not path.is_dir():
+            fail(f"{where}: no such directory ({path}); give the directory that holds "
+                 "task/NAME.yaml, e.g. --config-dir conf")
+        dirs.append(path)
+    return dirs
+
+
 def check_choices(args: list[str]) -> None:
-    """Catch an unknown or missing task/optimizer before Hydra starts (and makes a run dir)."""
+    """Catch an unknown or missing task/optimizer/algo before Hydra starts (and makes a run dir).
+
+    The options are the shipped configs' and those of the user's config directories.
+    """
     if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
         return
+    dirs = user_config_dirs(args)
     picked_task = False
     for arg in args:
         key, sep, value = arg.partition("=")
@@ -64,21 +101,25 @@ def check_choices(args: list[str]) -> None:
         group = key.lstrip("+~")
         if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
-        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search"):
+        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
+                         "algo"):
             continue
-        options = available(group)
+        options = available(group, dirs)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
         for choice in value.split(","):
             choice = choice.strip().strip("[]").strip()
             if choice and choice not in options:
-                how = {
-                    "optimizer": "optimizer=NAME",
-                    "scheduler": "scheduler=NAME",
-                    "logger": "logger=[NAME,...] or +logger=NAME",
-                }.get(group, f"+{group}=NAME")
+                how = _GROUP_HOW.get(group, f"+{group}=NAME")
+                if group == "logger":  # the loggers are built in, not configs of one's own
+                    mine = ""
+                elif dirs:
+                    where = " and ".join(str(d / group) for d in dirs)
+                    mine = f"; looked for {choice}.yaml in {where} and beyondfit's own"
+                else:
+                    mine = f"; your own: DIR/{group}/{choice}.yaml with --config-dir DIR"
                 fail(
                     f"unknown {group} {choice!r}; available: {', '.join(options)} "
-                    f"(pick with {how})"
+                    f"(pick with {how}{mine})"
                 )
         if group == "search" and importlib.util.find_spec(_OPTUNA_SWEEPER) is None:
             fail(
@@ -86,7 +127,7 @@ def check_choices(args: list[str]) -> None:
                 'installed; pip install "beyondfit[search]"'
             )
     if not picked_task:
-        fail(no_task_message())
+        fail(no_task_message(dirs))
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -146,7 +187,23 @@ def resume_command(checkpoint: Path) -> str:
     args = [
         a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
     ]
-    return shlex.join(["python", "-m", "beyondfit", *args, f"resume={target}"])
+    mine = config_dir_args(sys.argv[1:])  # a task of one's own is found there again
+    return shlex.join(["python", "-m", "beyondfit", *mine, *args, f"resume={target}"])
+
+
+def config_dir_args(args: list[str]) -> list[str]:
+    """The arguments that add config directories (``--config-dir DIR``, ``-cd DIR``,
+    ``hydra.searchpath=[...]``), as given, with relative paths made absolute."""
+    kept: list[str] = []
+    for i, arg in enumerate(args):
+        flag, sep, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            if not sep:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            kept += ["--config-dir", str(Path(value).expanduser().absolute())]
+        elif flag.lstrip("+") == "hydra.searchpath":
+            kept.append(arg)
+    return kept
 
 
 def resume_overrides(args: list[str]) -> list[str]:
@@ -196,6 +253,7 @@ def resolve_flag(args: list[str]) -> list[str]:
 def main() -> None:
     """Console-script entry point (``beyondfit``) and ``python -m beyondfit``.
 
+    ``beyondfit new NAME`` is the scaffold (:mod:`beyondfit.new`); anything else is a run.
     Ctrl-C anywhere outside training (start-up, composing, building the task) ends with one
     line and status 130; during training it checkpoints first (GracefulInterrupt).
     """
@@ -217,6 +275,16 @@ def interrupted() -> None:
 
 
 def _main() -> None:
+    if sys.argv[1:2] == ["new"]:  # never a Hydra override: those have an "="
+        from beyondfit.cli.scaffold import main as scaffold
+
+        scaffold(sys.argv[2:], prog="beyondfit new")
+        return
+    # A task's _target_ (mymod.build) is a module of the launch directory: importable through
+    # the console script too, whose sys.path starts with its own bin directory instead.
+    launch_dir = os.getcwd()
+    if launch_dir not in sys.path:
+        sys.path.insert(0, launch_dir)
     check_choices(sys.argv[1:])
     sys.argv += resume_overrides(sys.argv[1:])
     sys.argv += resolve_flag(sys.argv[1:])

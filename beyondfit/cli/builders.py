@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +42,38 @@ def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
     )
 
 
-def build_task(task_cfg: DictConfig) -> Task:
-    """Instantiate ``cfg.task`` (its ``_target_`` is a task module's ``build``)."""
-    from hydra.errors import InstantiationException
-    from hydra.utils import instantiate
+def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Task:
+    """Instantiate ``cfg.task``: its ``_target_`` is a builder returning a :class:`Task`.
 
-    try:
-        task = instantiate(task_cfg, _convert_="all")
-    except InstantiationException as exc:
-        cause = exc.__cause__
-        if isinstance(cause, BeyondfitError):
-            raise cause from None
-        if isinstance(cause, TypeError):
-            raise BeyondfitError(f"task options do not fit the task: {cause}") from None
-        raise BeyondfitError(f"cannot build the task: {exc}") from None
+    The builder may be anyone's (``mymod.build``, importable from the launch directory); every
+    way it can fail is one :class:`BeyondfitError` line (see :mod:`beyondfit.cli.targets`).
+    ``swapped``: the keys (``task``, ``task.loss``) whose ``_target_`` the command line replaced;
+    ``None``: read them from the running Hydra app's overrides, if any.
+    """
+    from beyondfit.cli.targets import instantiate_section, swapped_targets
+
+    if swapped is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from beyondfit.distributed.launch import world_size
+
+        if HydraConfig.initialized():
+            swapped = swapped_targets(HydraConfig.get().overrides.task)
+        elif world_size() > 1:
+            # A torchrun rank other than 0 runs the config rank 0 composed and checked: it
+            # fits every target as rank 0 did, without knowing the overrides.
+            swapped = ["*"]
+        else:
+            swapped = []
+    task = instantiate_section(task_cfg, "task", set(swapped))
+    target = task_cfg.get("_target_")
     if not isinstance(task, Task):
-        raise BeyondfitError(f"task._target_ returned {type(task).__name__}, not a beyondfit Task")
+        raise BeyondfitError(
+            f"task._target_={target!r} returned {type(task).__name__}, not a beyondfit Task: "
+            "end the builder with return Task(model=..., loss_fn=..., train_data=...) "
+            "(from beyondfit.tasks import Task)"
+        )
+    task.check(f"task._target_={target!r} returned a Task whose")
     return task
 
 

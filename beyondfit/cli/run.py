@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,11 @@ if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
     CONF_DIR = PACKAGE_DIR.parent / "conf"
 
 
-def available(group: str) -> list[str]:
-    """The options of a config group (``task``, ``optimizer``, ...), from the shipped configs."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+def available(group: str, config_dirs: Sequence[Path] = ()) -> list[str]:
+    """The options of a config group (``task``, ``optimizer``, ...): the shipped configs' and
+    those in the user's ``config_dirs`` (``--config-dir``, ``hydra.searchpath``)."""
+    dirs = [CONF_DIR, *config_dirs]
+    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
@@ -91,6 +93,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     ] if strategy.is_main else []
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
+    callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
     options = engine_options(cfg.engine)
     options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
@@ -174,12 +177,12 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     )
 
 
-def no_task_message() -> str:
+def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
     """What to say when no task was picked."""
-    tasks = ", ".join(available("task"))
+    tasks = ", ".join(available("task", config_dirs))
     return (
         f"no task given; pick one with +task=NAME (available: {tasks}), "
-        "e.g. python -m beyondfit +task=cartpole"
+        "e.g. python -m beyondfit +task=cartpole; your own: python -m beyondfit.new NAME"
     )
 
 

@@ -6,6 +6,7 @@ Nothing here imports Hydra, OmegaConf, Gymnasium, matplotlib or TensorBoard, nor
 
 from beyondfit.core.callbacks import Callback, StopRule
 from beyondfit.core.device import move_to_device, resolve_device
+from beyondfit.core.early_stopping import EarlyStopping
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.metrics import MetricTracker
@@ -16,6 +17,7 @@ from beyondfit.core.update import Update
 __all__ = [
     "BeyondfitError",
     "Callback",
+    "EarlyStopping",
     "Engine",
     "MetricTracker",
     "StopRule",

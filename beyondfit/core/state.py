@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from beyondfit.core.callbacks import Callback
-from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
-from beyondfit.core.serialization import atomic_save, mismatched_keys, safe_load
+from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
 
 
 @dataclass
@@ -93,22 +92,9 @@ class Checkpointable:
 
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
         """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
-        problems = mismatched_keys(self.model.state_dict(), state["model"])
-        if problems:
-            shown = "; ".join(problems[:8])
-            if len(problems) > 8:
-                shown += f"; and {len(problems) - 8} more"
-            raise BeyondfitError(
-                f"{source} does not fit this model ({shown}); it was written for a different "
-                "task or model shape"
-            )
-        saved = state.get("updates", {})
-        names = sorted(u.name for u in self.updates)
-        if sorted(saved) != names:
-            raise BeyondfitError(
-                f"{source} holds optimizers {sorted(saved)} but this engine has {names}; "
-                "resume with the same optimizers"
-            )
+        # Everything is checked before anything is loaded: a mismatch changes nothing.
+        check_state_fits(state, self.model, {u.name: u.optimizer for u in self.updates}, source)
+        saved = state["updates"]
         self.model.load_state_dict(state["model"])
         for update in self.updates:
             update.load_state_dict(saved[update.name], source)

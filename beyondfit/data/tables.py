@@ -1,48 +1,246 @@
-"""Reading a user's table: CSV or ``.npz`` into feature and target arrays."""
+"""Reading a user's table: a CSV or an ``.npz`` into named columns, or a one-line reason why not.
+
+A table is read into :class:`Column` objects: numbers (``float64``, NaN where a cell is
+missing) or categories (strings, ``None`` where missing). What becomes of them (one-hot
+encoding, imputation, standardization) is :mod:`beyondfit.data.encoding`'s job, and what
+the target must look like is the task's. Every failure here is a :class:`BeyondfitError`
+that names the file and the reason in one line: a missing or unreadable file, text that is
+not UTF-8, binary data, a ragged row, a number column with a word in it, infinities,
+complex values. A UTF-8 byte-order mark (Excel writes one) is dropped.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
+import zipfile
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
 
+#: Cells read as missing (compared stripped and lower-cased).
+MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
+_SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB: binary data, not text
+
+
+@dataclass
+class Column:
+    """One column of a table.
+
+    Attributes:
+        name: the header name (``x0``, ``x1``, ... for an ``.npz``).
+        values: ``float64`` array with NaN for missing cells (numbers), or an object array of
+            stripped strings with ``None`` for missing cells (categories). An ``.npz`` target
+            may be 2-D (several regression outputs).
+        numeric: which of the two it is.
+    """
+
+    name: str
+    values: np.ndarray
+    numeric: bool
+
+    def missing(self) -> np.ndarray:
+        """Boolean mask of the missing cells (rows with any missing value, for 2-D values)."""
+        if self.numeric:
+            mask = np.isnan(self.values)
+            return mask.reshape(len(mask), -1).any(axis=1)
+        return np.array([v is None for v in self.values], dtype=bool)
+
+
+@dataclass
+class Table:
+    """A table read from ``path``: feature columns, the target column, and where rows came from.
+
+    Attributes:
+        path: the file.
+        features: the feature columns, in file order.
+        target: the target column.
+        row_labels: for messages, where each row is in the file (``"line 7"``, ``"row 3"``).
+    """
+
+    path: Path
+    features: list[Column]
+    target: Column
+    row_labels: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.target.values)
+
+    def where(self, row: int) -> str:
+        """Where row ``row`` (0-based) is in the file, e.g. ``line 7``."""
+        return self.row_labels[row] if self.row_labels else f"row {row + 1}"
+
+    def error(self, reason: str) -> BeyondfitError:
+        """A :class:`BeyondfitError` about this table: ``data file 'PATH' REASON``."""
+        return BeyondfitError(f"data file {str(self.path)!r} {reason}")
+
+
+def read_table(path: str | Path, target: str | None = None) -> Table:
+    """Read a CSV (header row; ``target`` names the target column) or an ``.npz`` (``x``, ``y``).
+
+    Raises :class:`BeyondfitError` naming the file and the reason for any file that cannot
+    be read as a table.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise BeyondfitError(f"data file {str(path)!r} does not exist; check task.data.path")
+    if not path.is_file():
+        raise BeyondfitError(
+            f"data file {str(path)!r} is a directory, not a file; check task.data.path"
+        )
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        return _read_npz(path)
+    if suffix in (".csv", ".txt"):
+        return _read_csv(path, target)
+    raise BeyondfitError(
+        f"data file {str(path)!r} has suffix {suffix!r}; use a .csv (with task.data.target) "
+        "or an .npz with arrays x and y"
+    )
+
 
 def load_table(
     path: str | Path, target: str | None = None
 ) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    """Features and targets from a CSV (header row, numeric columns) or an ``.npz`` (``x``, ``y``).
+    """Numbers only: ``(x, y, feature_names)`` as float32 arrays, ``y`` of shape ``(n, k)``.
 
-    Returns ``(x, y, feature_names)`` as float32 arrays, ``y`` of shape ``(n, k)``.
-    Every problem (missing file or column, empty file, text or NaN/inf values) is a
-    :class:`BeyondfitError` naming the file and what to fix.
+    The strict form of :func:`read_table` for callers that want plain arrays: a text
+    feature column or a missing value is an error here (the built-in tasks instead one-hot
+    encode text and impute missing values, see :mod:`beyondfit.data.encoding`).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise BeyondfitError(f"data file {str(path)!r} does not exist; check task.data.path")
-    suffix = path.suffix.lower()
-    if suffix == ".npz":
-        x, y, names = _load_npz(path)
-    elif suffix in (".csv", ".txt"):
-        x, y, names = _load_csv(path, target)
-    else:
-        raise BeyondfitError(
-            f"data file {str(path)!r} has suffix {suffix!r}; use a .csv (with task.data.target) "
-            "or an .npz with arrays x and y"
-        )
-    for label, array in (("features", x), ("targets", y)):
-        if not np.isfinite(array).all():
-            rows = np.nonzero(~np.isfinite(array.reshape(len(array), -1)).all(axis=1))[0]
-            raise BeyondfitError(
-                f"data file {str(path)!r} has NaN or inf {label} in {len(rows)} row(s) "
-                f"(first: row {int(rows[0]) + 1}); clean or drop those rows"
+    table = read_table(path, target)
+    for column in [*table.features, table.target]:
+        if not column.numeric:
+            first = next(i for i, v in enumerate(column.values) if v is not None)
+            raise table.error(
+                f"column {column.name!r} holds text ({_show(column.values[first])} at "
+                f"{table.where(first)}); encode it numerically or drop the column"
             )
-    return x, y, names
+        missing = np.nonzero(column.missing())[0]
+        if len(missing):
+            raise table.error(
+                f"has a missing value in column {column.name!r} at {table.where(missing[0])} "
+                f"({len(missing)} row(s) in all); fill or drop those rows"
+            )
+    x = np.stack([c.values for c in table.features], axis=1).astype(np.float32)
+    y = table.target.values.reshape(len(table), -1).astype(np.float32)
+    return x, y, [c.name for c in table.features]
 
 
-def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+# ------------------------------------------------------------------------- CSV
+def _read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BeyondfitError(
+            f"data file {str(path)!r} cannot be read ({reason}); check its permissions"
+        ) from None
+    if b"\x00" in raw[:_SNIFF_BYTES]:
+        raise BeyondfitError(
+            f"data file {str(path)!r} is binary data, not CSV text (it contains NUL bytes); "
+            "export the table as a UTF-8 CSV"
+        )
+    try:
+        return raw.decode("utf-8-sig")  # -sig: drops Excel's byte-order mark
+    except UnicodeDecodeError as exc:
+        raise BeyondfitError(
+            f"data file {str(path)!r} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at "
+            f"offset {exc.start}); save it as UTF-8 (e.g. 'CSV UTF-8' in a spreadsheet)"
+        ) from None
+
+
+def _read_csv(path: Path, target: str | None) -> Table:
+    text = _read_text(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    try:
+        for row in reader:
+            if any(cell.strip() for cell in row):  # blank lines are not rows
+                rows.append(row)
+                lines.append(reader.line_num)
+    except csv.Error as exc:
+        raise BeyondfitError(
+            f"data file {str(path)!r} is not a readable CSV (line {reader.line_num}: {exc})"
+        ) from None
+    if not rows:
+        raise BeyondfitError(f"data file {str(path)!r} is empty; it needs a header row and data")
+    header = [h.strip() for h in rows[0]]
+    shown = ", ".join(_show(h, quote=False) for h in header[:30])
+    if len(rows) < 2:
+        raise BeyondfitError(f"data file {str(path)!r} has a header but no data rows")
+    if target is None:
+        raise BeyondfitError(
+            f"data file {str(path)!r} is a CSV: name its target column with "
+            f"task.data.target=COLUMN (columns: {shown})"
+        )
+    target = str(target)
+    if target not in header:
+        raise BeyondfitError(
+            f"target column {_show(target)} is not in {str(path)!r} (columns: {shown}); "
+            "set task.data.target to one of them"
+        )
+    duplicated = sorted({h for h in header if header.count(h) > 1})
+    if duplicated:
+        raise BeyondfitError(
+            f"data file {str(path)!r} has the column name(s) {duplicated} more than once; "
+            "give every column its own name"
+        )
+    if len(header) < 2:
+        raise BeyondfitError(f"data file {str(path)!r} has no feature columns besides the target")
+    for row, line in zip(rows[1:], lines[1:]):
+        if len(row) != len(header):
+            raise BeyondfitError(
+                f"data file {str(path)!r} line {line} has {len(row)} fields, the header "
+                f"{len(header)}"
+            )
+    labels = [f"line {line}" for line in lines[1:]]
+    cells = list(zip(*rows[1:]))  # column-major
+    columns = [_parse_column(path, name, col, labels) for name, col in zip(header, cells)]
+    t = header.index(target)
+    return Table(path, [c for j, c in enumerate(columns) if j != t], columns[t], labels)
+
+
+def _parse_column(path: Path, name: str, cells: tuple[str, ...], labels: list[str]) -> Column:
+    """Numbers if every present cell is one; categories if most are not; else an error."""
+    stripped = [cell.strip() for cell in cells]
+    present = [s.lower() not in MISSING_MARKERS for s in stripped]
+    numbers = np.full(len(cells), np.nan)
+    bad: list[int] = []
+    for i, (cell, here) in enumerate(zip(stripped, present)):
+        if not here:
+            continue
+        try:
+            numbers[i] = float(cell)
+        except ValueError:
+            bad.append(i)
+    n_present = sum(present)
+    if not bad:
+        infinite = np.nonzero(np.isinf(numbers))[0]
+        if len(infinite):
+            i = int(infinite[0])
+            raise BeyondfitError(
+                f"data file {str(path)!r} {labels[i]} column {_show(name)} holds "
+                f"{_show(stripped[i])}, an infinity; give a finite number or leave it empty"
+            )
+        return Column(name, numbers, numeric=True)
+    if 2 * len(bad) < n_present:  # mostly numbers: a typo, not a category column
+        i = bad[0]
+        raise BeyondfitError(
+            f"data file {str(path)!r} {labels[i]} column {_show(name)} holds "
+            f"{_show(stripped[i])}, not a number (the column is otherwise numeric); fix the "
+            "cell, or leave it empty to mark it missing"
+        )
+    values = np.array([s if here else None for s, here in zip(stripped, present)], dtype=object)
+    return Column(name, values, numeric=False)
+
+
+# ------------------------------------------------------------------------- .npz
+def _read_npz(path: Path) -> Table:
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in ("x", "y") if k not in archive.files]
@@ -54,59 +252,61 @@ def _load_npz(path: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
             x, y = archive["x"], archive["y"]
     except BeyondfitError:
         raise
-    except (ValueError, OSError) as exc:
-        raise BeyondfitError(f"data file {str(path)!r} is not a readable .npz ({exc})") from None
-    try:
-        x = np.asarray(x, dtype=np.float32)
-        y = np.asarray(y, dtype=np.float32)
-    except (TypeError, ValueError):
-        raise BeyondfitError(f"data file {str(path)!r}: x and y must be numeric") from None
+    except PermissionError as exc:
+        raise BeyondfitError(
+            f"data file {str(path)!r} cannot be read ({exc.strerror}); check its permissions"
+        ) from None
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        reason = str(exc).split(". ")[0][:120]
+        raise BeyondfitError(f"data file {str(path)!r} is not a readable .npz ({reason})") from None
+    if x.ndim == 0 or y.ndim == 0:
+        raise BeyondfitError(
+            f"data file {str(path)!r}: x and y must be arrays with one row per sample"
+        )
     if len(x) == 0:
         raise BeyondfitError(f"data file {str(path)!r} is empty (0 rows)")
     if len(x) != len(y):
         raise BeyondfitError(
             f"data file {str(path)!r}: x has {len(x)} rows but y has {len(y)}; align them"
         )
+    labels = [f"row {i + 1}" for i in range(len(x))]
     x = x.reshape(len(x), -1)
+    features = [_npz_column(path, f"x{j}", "x", x[:, j], labels) for j in range(x.shape[1])]
     y = y.reshape(len(y), -1)
-    return x, y, [f"x{i}" for i in range(x.shape[1])]
+    # Several numeric outputs (multi-output regression) stay one 2-D column.
+    target = _npz_column(path, "y", "y", y[:, 0] if y.shape[1] == 1 else y, labels)
+    return Table(path, features, target, labels)
 
 
-def _load_csv(path: Path, target: str | None) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    with path.open(newline="") as f:
-        rows = list(csv.reader(f))
-    rows = [r for r in rows if any(cell.strip() for cell in r)]
-    if not rows:
-        raise BeyondfitError(f"data file {str(path)!r} is empty; it needs a header row and data")
-    header = [h.strip() for h in rows[0]]
-    if len(rows) < 2:
-        raise BeyondfitError(f"data file {str(path)!r} has a header but no data rows")
-    if target is None:
+def _npz_column(path: Path, name: str, array: str, values: np.ndarray, labels: list[str]) -> Column:
+    kind = values.dtype.kind
+    if kind == "c":
         raise BeyondfitError(
-            f"data file {str(path)!r} is a CSV: name its target column with "
-            f"task.data.target=COLUMN (columns: {', '.join(header)})"
+            f"data file {str(path)!r}: array {array} holds complex numbers; give real values "
+            "(e.g. the real and imaginary parts as two columns)"
         )
-    if target not in header:
-        raise BeyondfitError(
-            f"target column {target!r} is not in {str(path)!r} (columns: {', '.join(header)}); "
-            "set task.data.target to one of them"
-        )
-    if len(header) < 2:
-        raise BeyondfitError(f"data file {str(path)!r} has no feature columns besides the target")
-    values = np.empty((len(rows) - 1, len(header)), dtype=np.float32)
-    for i, row in enumerate(rows[1:], start=2):
-        if len(row) != len(header):
+    if kind in "biuf":
+        numbers = values.astype(np.float64)
+        infinite = np.nonzero(np.isinf(numbers.reshape(len(numbers), -1)).any(axis=1))[0]
+        if len(infinite):
             raise BeyondfitError(
-                f"data file {str(path)!r} line {i} has {len(row)} fields, the header {len(header)}"
+                f"data file {str(path)!r} {labels[infinite[0]]} of {array} ({name}) is infinite; "
+                "give finite numbers (NaN marks a missing value)"
             )
-        for j, cell in enumerate(row):
-            try:
-                values[i - 2, j] = float(cell)
-            except ValueError:
-                raise BeyondfitError(
-                    f"data file {str(path)!r} line {i} column {header[j]!r} holds {cell!r}, "
-                    "not a number; encode it numerically or drop the column"
-                ) from None
-    t = header.index(target)
-    features = [j for j in range(len(header)) if j != t]
-    return values[:, features], values[:, [t]], [header[j] for j in features]
+        return Column(name, numbers, numeric=True)
+    if kind in "US":
+        if values.ndim != 1:
+            raise BeyondfitError(f"data file {str(path)!r}: array {array} of text must be 1-D")
+        text = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+        return _parse_column(path, name, tuple(text), labels)
+    raise BeyondfitError(
+        f"data file {str(path)!r}: array {array} has dtype {values.dtype}; give numbers or text"
+    )
+
+
+def _show(value: object, quote: bool = True, limit: int = 40) -> str:
+    """A cell or name for a message: quoted, cut to ``limit`` characters, no raw control bytes."""
+    text = str(value)
+    # repr escapes control characters (a binary cell's bytes) and keeps printable Unicode.
+    text = repr(text) if quote else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

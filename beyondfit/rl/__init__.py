@@ -10,24 +10,35 @@ validation. Nothing here runs a training loop::
                             epochs=4, minibatches=2)
     engine = Engine(policy, ppo_loss(), torch.optim.Adam(policy.parameters(), 3e-3))
     engine.fit(data, val_data=GreedyEvaluator("CartPole-v1"), eval_every=32)
+
+What serious PPO runs add, each usable on its own: running normalization of observations and
+rewards as a submodule of the policy (``ActorCritic(..., normalizer=Normalizer(obs_size))``),
+linear schedules over env steps (``EnvStepSchedules(data, lr_end=0.0)`` as an engine callback),
+and ``ppo_loss(target_kl=0.02, value_clip=0.2)`` (give the collector ``stop_epochs=
+loss.stop_epochs``).
 """
 
 from beyondfit.rl.collector import RolloutBatch, RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
-from beyondfit.rl.losses import a2c_loss, make_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.kl_stop import TargetKL
+from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
+from beyondfit.rl.schedules import EnvStepSchedules
 
 __all__ = [
     "ActorCritic",
+    "EnvStepSchedules",
     "GreedyEvaluator",
+    "Normalizer",
     "RolloutBatch",
     "RolloutCollector",
+    "TargetKL",
     "a2c_loss",
     "discounted_returns",
     "gae_advantages",
-    "make_loss",
     "make_vector_env",
     "ppo_loss",
     "reinforce_loss",

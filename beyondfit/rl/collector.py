@@ -17,7 +17,7 @@ still useful: the value computed at ``t + 1`` is exactly the bootstrap a truncat
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -26,28 +26,38 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.envs import action_converter, observation_converter
+from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.returns import gae_advantages
+from beyondfit.rl.returns import discounted_returns, gae_advantages
 
 
 class RolloutBatch(NamedTuple):
     """Flat transitions from one rollout (or a minibatch of it); every field has leading size ``B``.
 
+    What a policy-gradient loss reads (field names follow Stable-Baselines3's rollout buffer).
+    Only valid transitions are in it: the reset step that Gymnasium's next-step autoreset inserts
+    after an episode's end never is.
+
     Attributes:
         obs: observations the actions were taken in, ``(B, *obs_shape)`` float32.
         actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32
-            (unclipped).
-        logp: their log-probabilities under the policy that collected them (the denominator of
-            PPO's ratio); ``None`` when the collector was built with ``log_probs=False``.
-        values: the critic's values at collection time.
-        advantages: GAE (``lambda=1``: return minus baseline, i.e. REINFORCE with a baseline).
-        returns: ``advantages + values``, the critic's regression target.
+            (unclipped: what the policy sampled, not what the env received).
+        old_log_prob: their log-probabilities under the policy that collected them (the
+            denominator of PPO's ratio), ``(B,)``; ``None`` when the collector was built with
+            ``old_log_prob=False``.
+        old_values: the critic's values of ``obs`` at collection time, ``(B,)``; ``None`` when
+            the policy has no critic.
+        advantages: ``(B,)``. With a critic: GAE(gamma, lambda) (``lambda=1``: return minus
+            baseline). Without: the discounted returns themselves.
+        returns: discounted returns-to-go, ``(B,)``: with a critic ``advantages + old_values``
+            (the critic's regression target, bootstrapped at truncations and at the rollout's
+            end); without one, cut there (nothing to bootstrap from).
     """
 
     obs: torch.Tensor
     actions: torch.Tensor
-    logp: torch.Tensor | None
-    values: torch.Tensor
+    old_log_prob: torch.Tensor | None
+    old_values: torch.Tensor | None
     advantages: torch.Tensor
     returns: torch.Tensor
 
@@ -66,8 +76,28 @@ class RolloutCollector:
         epochs: passes over each rollout (PPO); 1 for on-policy one-shot algorithms.
         minibatches: minibatches per pass; each pass reshuffles.
         seed: seeds the environments and the collector's own sampling/shuffling generator.
-        log_probs: record the collecting policy's log-probabilities (PPO needs them; REINFORCE
-            and A2C do not, and skip computing them).
+        old_log_prob: record the collecting policy's log-probabilities (PPO's ratio needs them;
+            REINFORCE and A2C do not, and skip computing them).
+
+    A policy with a critic (``policy.has_critic``) gets its values computed once per rollout
+    and GAE advantages; without one, no value is computed and the advantages are the
+    discounted returns (``gae_lambda`` is then unused).
+        stop_epochs: optional ``() -> bool`` asked after each epoch over a rollout; ``True``
+            skips that rollout's remaining epochs (PPO's early stop at a target KL: see
+            :class:`beyondfit.rl.kl_stop.TargetKL`). Under several ranks it must answer the same
+            on every rank.
+
+    Running normalization: when the policy has a ``normalizer``
+    (:class:`~beyondfit.rl.normalization.Normalizer`), the collector is the one place that
+    updates it. Observation statistics change only *between* rollouts: a rollout's
+    observations are folded in just before the next rollout starts, so the collection and
+    every update of a rollout see the same normalization. Rewards are divided by the running
+    std of the discounted return, updated with each rollout's returns before its advantages
+    are computed. Episode statistics always report the raw rewards.
+
+    Hooks: :attr:`rollout_hooks` are called with the collector after each rollout is
+    collected, before its first batch is yielded (schedules over env steps read
+    :attr:`progress` there).
 
     Observability without host syncs on the hot path: ``env_steps`` is a plain int, and
     :meth:`metrics` returns (and restarts) episode statistics since its last call; the engine
@@ -89,7 +119,8 @@ class RolloutCollector:
         epochs: int = 1,
         minibatches: int = 1,
         seed: int = 0,
-        log_probs: bool = True,
+        old_log_prob: bool = True,
+        stop_epochs: Callable[[], bool] | None = None,
     ) -> None:
         for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
                             ("epochs", epochs), ("minibatches", minibatches)):
@@ -107,7 +138,15 @@ class RolloutCollector:
         self.num_steps, self.total_env_steps = num_steps, total_env_steps
         self.gamma, self.gae_lambda = gamma, gae_lambda
         self.epochs, self.minibatches, self.seed = epochs, minibatches, seed
-        self.log_probs = log_probs
+        self.old_log_prob = old_log_prob
+        self.critic = bool(getattr(policy, "has_critic", True))
+        self.stop_epochs = stop_epochs
+        self.rollout_hooks: list[Callable[[RolloutCollector], None]] = []
+        self.normalizer = getattr(policy, "normalizer", None)
+        self._pending_moments: torch.Tensor | None = None  # last rollout's obs, not folded in
+        self._running_return = np.zeros(envs.num_envs)  # discounted, for reward scaling
+        self._epochs_run = [0, 0]  # epochs and rollouts since metrics(), with stop_epochs
+        self._rollout_start = 0  # env steps before the current rollout
         self._to_env = action_converter(envs.single_action_space)
         self.env_steps = 0
         self.rollouts = 0
@@ -124,6 +163,12 @@ class RolloutCollector:
     def env_steps_per_rollout(self) -> int:
         """Environment steps one rollout takes (``num_steps * num_envs``)."""
         return self.num_steps * self.envs.num_envs
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the env-step budget taken *before* the current rollout: 0 while the
+        first rollout is trained on (CleanRL's annealing convention)."""
+        return min(1.0, self._rollout_start / self.total_env_steps)
 
     @property
     def batches_per_rollout(self) -> int:
@@ -167,30 +212,50 @@ class RolloutCollector:
             n = self.envs.num_envs
             self._prev_done = np.zeros(n, dtype=bool)
             self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
+            self._running_return = np.zeros(n)
         while self.env_steps < self.total_env_steps:
             batch = self._collect(device)
-            for _ in range(self.epochs):
-                if self.minibatches == 1:
-                    yield batch
-                    continue
-                # Always exactly `minibatches` batches per epoch (sizes differ by at most one),
-                # so optimizer steps per rollout stay fixed whatever the number of valid steps.
-                perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
-                # One gather per field and epoch; the minibatches are then contiguous views.
-                chunks = [None if f is None else f[perm].tensor_split(self.minibatches)
-                          for f in batch]
-                for i in range(self.minibatches):
-                    yield RolloutBatch(*(None if c is None else c[i] for c in chunks))
+            for hook in self.rollout_hooks:
+                hook(self)
+            epochs_run = 0
+            while epochs_run < self.epochs:
+                yield from self._epoch_batches(batch, device)
+                epochs_run += 1
+                # Asked after every epoch, the last too, so the monitor starts afresh each rollout.
+                if self.stop_epochs is not None and self.stop_epochs():
+                    break
+            if self.stop_epochs is not None:
+                self._epochs_run[0] += epochs_run
+                self._epochs_run[1] += 1
+
+    def _epoch_batches(self, batch: RolloutBatch, device: torch.device) -> Iterator[RolloutBatch]:
+        """One pass over a rollout: the batch itself, or ``minibatches`` shuffled parts of it."""
+        if self.minibatches == 1:
+            yield batch
+            return
+        # Always exactly `minibatches` batches per epoch (sizes differ by at most one),
+        # so optimizer steps per rollout stay fixed whatever the number of valid steps.
+        perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
+        # One gather per field and epoch; the minibatches are then contiguous views.
+        chunks = [None if f is None else f[perm].tensor_split(self.minibatches) for f in batch]
+        for i in range(self.minibatches):
+            yield RolloutBatch(*(None if c is None else c[i] for c in chunks))
 
     def _collect(self, device: torch.device) -> RolloutBatch:
         """Run one rollout and return its valid transitions with advantages and returns."""
         T, N = self.num_steps, self.envs.num_envs
         policy, envs, to_env, gen = self.policy, self.envs, self._to_env, self._generator
+        normalizer = self.normalizer
+        if normalizer is not None and self._pending_moments is not None:
+            # The previous rollout and all its updates are done: now its observations count.
+            normalizer.merge_observations(self._pending_moments)
+            self._pending_moments = None
+        self._rollout_start = self.env_steps
         to_obs = observation_converter(device)
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
-        log_probs, next_obs = self.log_probs, self._next_obs
+        log_probs, next_obs = self.old_log_prob, self._next_obs
         with torch.inference_mode():
             for _ in range(T):
                 obs = to_obs(next_obs)
@@ -205,11 +270,13 @@ class RolloutCollector:
                 term_steps.append(term)
                 trunc_steps.append(trunc)
             obs_steps.append(to_obs(next_obs))
-            # The policy did not change during the rollout: the values of every step come from
-            # one batched critic pass instead of T small ones.
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
-            values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
+            values = None
+            if self.critic:
+                # The policy did not change during the rollout: the values of every step come
+                # from one batched critic pass instead of T small ones.
+                values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
             # Likewise the log-probabilities (PPO's denominator): one batched call, not T.
             logp = None
             if log_probs:
@@ -220,25 +287,39 @@ class RolloutCollector:
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.
         valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._prev_done, ~done[:-1]
-        self._record_episodes(rewards, done, valid)
+        self._record_episodes(rewards, done, valid)  # raw rewards: what the user scores
+        if normalizer is not None:
+            rewards = normalizer.scale_rewards(rewards, done, valid, self._running_return)
         self._next_obs, self._prev_done = next_obs, done[-1]
         self.env_steps += T * N
         self.rollouts += 1
 
-        advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
-                                    self.gae_lambda).to(device)
         # Indexing outside inference mode makes ordinary tensors that autograd may save.
         # (Indices once: a boolean mask would search for the kept rows again for every field.)
         keep = torch.from_numpy(np.flatnonzero(valid)).to(device)
-        flat_values = values[:T].reshape(-1)[keep]
-        flat_adv = advantages.reshape(-1)[keep]
+        if values is None:
+            # No critic, nothing to bootstrap from: returns stop at truncations and at the
+            # rollout's end, and they are the advantages (REINFORCE without a baseline).
+            no_bootstrap = np.zeros((T + 1, N), dtype=np.float32)
+            flat_returns = discounted_returns(rewards, no_bootstrap, terminated, truncated,
+                                              self.gamma).to(device).reshape(-1)[keep]
+            flat_values, flat_adv = None, flat_returns
+        else:
+            advantages = gae_advantages(rewards, values, terminated, truncated, self.gamma,
+                                        self.gae_lambda).to(device)
+            flat_values = values[:T].reshape(-1)[keep]
+            flat_adv = advantages.reshape(-1)[keep]
+            flat_returns = flat_adv + flat_values
+        flat_obs = obs_all[:T].flatten(0, 1)[keep]
+        if normalizer is not None and normalizer.obs is not None:
+            self._pending_moments = batch_moments(flat_obs.flatten(1))
         return RolloutBatch(
-            obs=obs_all[:T].flatten(0, 1)[keep],
+            obs=flat_obs,
             actions=actions.flatten(0, 1)[keep],
-            logp=None if logp is None else logp[keep],
-            values=flat_values,
+            old_log_prob=None if logp is None else logp[keep],
+            old_values=flat_values,
             advantages=flat_adv,
-            returns=flat_adv + flat_values,
+            returns=flat_returns,
         )
 
     def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
@@ -279,20 +360,29 @@ class RolloutCollector:
             out["episode_return"] = return_sum / episodes
             out["episode_length"] = length_sum / episodes
         self._finished[:] = [0, 0.0, 0]
+        if self._epochs_run[1]:  # with an early stop: epochs actually run per rollout
+            out["update_epochs"] = self._epochs_run[0] / self._epochs_run[1]
+            self._epochs_run[:] = [0, 0]
         return out
 
     # ----------------------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
-        """Counters and the sampling generator; environment internals are not serializable."""
+        """Counters, the sampling generator and the observation moments of the last rollout not
+        yet folded into the normalizer; environment internals are not serializable. (The
+        normalizer's statistics are buffers of the policy: they travel with its weights.)"""
         state: dict[str, Any] = {"env_steps": self.env_steps, "rollouts": self.rollouts}
         if self._generator is not None:
             state["generator"] = self._generator.get_state()
+        if self._pending_moments is not None:
+            state["pending_obs_moments"] = self._pending_moments.cpu()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and generator; the envs restart episodes on the next iteration."""
         self.env_steps = int(state["env_steps"])
         self.rollouts = int(state["rollouts"])
+        self._rollout_start = self.env_steps
+        self._pending_moments = state.get("pending_obs_moments")
         self._generator_state = state.get("generator")
         self._generator = None
         self._next_obs = None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -12,33 +13,96 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
 
+#: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
+EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
 
-def make_vector_env(env_id: str, num_envs: int) -> VectorEnv:
+
+def missing_dependency(spec: gym.envs.registration.EnvSpec, exc: Exception) -> BeyondfitError:
+    """The one-line error for an env whose optional dependency is not installed."""
+    entry = str(spec.entry_point)
+    extra = next((name for module, name in EXTRAS.items() if entry.startswith(module)), None)
+    how = (f'pip install "beyondfit[{extra}]" (from a checkout: pip install -e ".[{extra}]")'
+           if extra else "install the package the message names")
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return BeyondfitError(f"env {spec.id!r} needs a package that is not installed ({reason}); "
+                          f"{how}")
+
+
+#: A Gymnasium wrapper factory: ``env -> wrapped env`` (a wrapper class, or a partial of one).
+WrapperFn = Callable[[gym.Env], gym.Env]
+
+
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registered spec of ``env_id``, or a :class:`BeyondfitError` saying why there is none.
+
+    ``module:EnvId`` (Gymnasium's own form) first imports ``module``, which registers the env:
+    a module of yours, importable from where you launch (the command line puts that directory
+    on ``sys.path``).
+    """
+    module, _, name = str(env_id).rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise BeyondfitError(
+                f"task.env={env_id!r}: cannot import module {module!r} ({e}); the module that "
+                "registers the env must be importable from the directory you launch in (or on "
+                "PYTHONPATH)"
+            ) from None
+        except Exception as e:  # the user's registration code failed
+            raise BeyondfitError(
+                f"task.env={env_id!r}: importing module {module!r} raised "
+                f"{type(e).__name__}: {e}"
+            ) from None
+    try:
+        return gym.spec(name)
+    except gym.error.Error as e:
+        raise BeyondfitError(
+            f"unknown Gymnasium env id task.env={env_id!r} ({e}); pick a registered id such as "
+            "CartPole-v1, Acrobot-v1 or Pendulum-v1 (list them with gymnasium.pprint_registry()), "
+            "or MODULE:ID to import the module that registers yours"
+        ) from None
+
+
+def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = ()) -> VectorEnv:
     """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
 
     Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps
-    all copies), else ``SyncVectorEnv``: for small classic-control envs, subprocesses cost more
-    than they save. The envs are not reset here; the caller seeds them on its first reset.
+    all copies) and no ``wrappers`` are given, else ``SyncVectorEnv``: for small classic-control
+    envs, subprocesses cost more than they save. ``wrappers`` apply to each copy, in order. The
+    envs are not reset here; the caller seeds them on its first reset.
     """
     if not isinstance(num_envs, int) or num_envs <= 0:
         raise BeyondfitError(
             f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8"
         )
+    spec = env_spec(env_id)
+    wrappers = list(wrappers)
+    for i, wrapper in enumerate(wrappers):
+        if not callable(wrapper) or isinstance(wrapper, gym.Env):
+            raise BeyondfitError(
+                f"task.wrappers[{i}] is {type(wrapper).__name__}, not a wrapper factory: write "
+                "each as {_target_: WRAPPER_CLASS, _partial_: true, OPTION: VALUE}"
+            )
+    mode = "vector_entry_point" if spec.vector_entry_point is not None and not wrappers else "sync"
     try:
-        spec = gym.spec(env_id)
-    except gym.error.Error as e:
+        if mode == "sync":
+            envs = gym.make_vec(
+                spec, num_envs, vectorization_mode=mode,
+                vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
+                wrappers=wrappers or None,
+            )
+        else:
+            envs = gym.make_vec(spec, num_envs, vectorization_mode=mode)
+    except BeyondfitError:
+        raise
+    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
+        raise missing_dependency(spec, exc) from None
+    except Exception as e:  # the env's constructor or a wrapper failed
+        what = "its wrappers" if wrappers else "the env"
         raise BeyondfitError(
-            f"unknown Gymnasium env id task.env={env_id!r} ({e}); pick a registered id such as "
-            "CartPole-v1, Acrobot-v1 or Pendulum-v1 (list them with gymnasium.pprint_registry())"
+            f"cannot create env {env_id!r}: {what} raised {type(e).__name__}: {e}"
         ) from None
-    mode = "vector_entry_point" if spec.vector_entry_point is not None else "sync"
-    if mode == "sync":
-        envs = gym.make_vec(
-            env_id, num_envs, vectorization_mode=mode,
-            vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-        )
-    else:
-        envs = gym.make_vec(env_id, num_envs, vectorization_mode=mode)
     autoreset = envs.metadata.get("autoreset_mode")
     if autoreset != AutoresetMode.NEXT_STEP:
         envs.close()

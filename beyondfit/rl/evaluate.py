@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from beyondfit.rl.envs import action_converter, make_vector_env
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.rl.envs import WrapperFn, action_converter, make_vector_env
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -25,6 +26,9 @@ class GreedyEvaluator:
         seed: seed of the evaluation envs (keep it apart from the training seed).
         progress: optional zero-argument callable (e.g. the collector's env-step count) recorded
             with each result in :attr:`history`.
+        wrappers: wrapper factories applied to each env copy, as in training.
+        max_steps: an episode still running after this many steps is an error (a greedy
+            policy on an env without a time limit could otherwise run forever).
     """
 
     def __init__(
@@ -33,8 +37,11 @@ class GreedyEvaluator:
         episodes: int = 20,
         seed: int = 0,
         progress: Callable[[], int] | None = None,
+        wrappers: Sequence[WrapperFn] = (),
+        max_steps: int = 100_000,
     ) -> None:
-        self.envs = make_vector_env(env_id, episodes)
+        self.envs = make_vector_env(env_id, episodes, wrappers)
+        self.env_id, self.max_steps = env_id, max_steps
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._to_env = action_converter(self.envs.single_action_space)
         self._seeded = False
@@ -59,6 +66,12 @@ class GreedyEvaluator:
                 returns += reward * running
                 lengths += running
                 running &= ~(term | trunc)
+                if running.any() and lengths.max() >= self.max_steps:
+                    raise BeyondfitError(
+                        f"a greedy evaluation episode of {self.env_id!r} ran {self.max_steps} "
+                        "steps without ending: give the env a time limit (max_episode_steps= "
+                        "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
+                    )
         self.seconds += time.perf_counter() - start
         result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
         entry = dict(result)

@@ -20,7 +20,8 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import safe_load
-from beyondfit.rl.envs import action_converter
+from beyondfit.rl.envs import action_converter, env_spec, missing_dependency
+from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -38,12 +39,38 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
     if not isinstance(meta, dict):
         raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
                              "by an RL task (python -m beyondfit +task=cartpole writes one)")
-    env = gym.make(meta["env"])
+    env = make_env(meta)
+    normalizer = None
+    if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
+        obs_size = int(np.prod(env.observation_space.shape))
+        normalizer = Normalizer(obs_size, **meta["normalizer"])
     policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
-                         activation=meta["activation"], log_std_init=meta["log_std_init"])
+                         activation=meta["activation"], log_std_init=meta["log_std_init"],
+                         value_head=meta.get("critic", True), normalizer=normalizer)
     env.close()
     policy.load_state_dict(state["model"])
     return policy.eval(), meta
+
+
+def make_env(meta: dict, **kwargs: object) -> gym.Env:
+    """The env a policy was trained on, with the wrappers it was trained with."""
+    spec = env_spec(meta["env"])
+    try:
+        env = gym.make(spec, **kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        raise missing_dependency(spec, exc) from None
+    wrappers = meta.get("wrappers", [])
+    if wrappers is None:
+        raise BeyondfitError(
+            "the policy was trained with env wrappers that were not saved as config entries "
+            "({_target_: CLASS, ...}), so play cannot rebuild its env"
+        )
+    if wrappers:
+        from hydra.utils import instantiate
+
+        for entry in wrappers:
+            env = instantiate(entry, _partial_=True)(env)
+    return env
 
 
 def play(
@@ -55,7 +82,8 @@ def play(
         raise BeyondfitError(
             "recording a video needs moviepy: pip install moviepy (or run without --video)"
         )
-    env = gym.make(meta["env"], render_mode="rgb_array" if video is not None else None)
+    # Only when recording: an env of one's own need not take a render_mode argument.
+    env = make_env(meta, **({"render_mode": "rgb_array"} if video is not None else {}))
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))

@@ -48,9 +48,13 @@ class ActorCritic(nn.Module):
         action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a
             learned, state-independent log standard deviation.
         hidden: hidden layer sizes of both MLPs.
-        value_head: build the critic (all built-in losses use it as baseline or for GAE).
+        value_head: build the critic (the built-in losses use it as baseline or for GAE; a loss
+            that needs no values runs without one, and the collector then computes none).
         log_std_init: initial log standard deviation of the Gaussian policy.
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
+        normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
+            Normalizer`): every method that takes observations takes raw ones and normalizes
+            them with its (saved, frozen outside collection) statistics.
     """
 
     def __init__(
@@ -61,6 +65,7 @@ class ActorCritic(nn.Module):
         value_head: bool = True,
         log_std_init: float = 0.0,
         activation: str = "tanh",
+        normalizer: nn.Module | None = None,
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -81,10 +86,22 @@ class ActorCritic(nn.Module):
         self.critic = (
             mlp([obs_dim, *hidden, 1], activation, init="orthogonal") if value_head else None
         )
+        self.normalizer = normalizer
+        self._spaces = f"{observation_space} -> {action_space}"
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """What the networks see: observations flattened to ``(B, D)`` and normalized."""
+        obs = obs.flatten(1)
+        return obs if self.normalizer is None else self.normalizer(obs)
+
+    @property
+    def has_critic(self) -> bool:
+        """Whether :meth:`value` works (the collector computes values and GAE only then)."""
+        return self.critic is not None
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Logits (discrete) or action means (continuous), shape ``(B, n)``."""
-        return self.actor(obs.flatten(1))
+        return self.actor(self.features(obs))
 
     def act(
         self,
@@ -155,7 +172,8 @@ class ActorCritic(nn.Module):
         """State values, shape ``(B,)``."""
         if self.critic is None:
             raise BeyondfitError(
-                "this policy has no value head but the loss needs one: build it with "
-                "value_head=True"
+                f"the policy {type(self).__name__}({self._spaces}) has no value head, but "
+                "something (the loss?) asked it for values: build it with value_head=True "
+                "(on the command line task.critic=true), or use a loss that needs no critic"
             )
-        return self.critic(obs.flatten(1)).squeeze(-1)
+        return self.critic(self.features(obs)).squeeze(-1)

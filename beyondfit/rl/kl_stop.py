@@ -1,0 +1,57 @@
+"""PPO's optional early stop of its epochs once the policy has moved a target KL away.
+
+CleanRL's ``target_kl``: after each epoch over a rollout, if the approximate KL divergence
+between the collecting policy and the current one exceeds the target, the rollout's remaining
+epochs are skipped and the next rollout is collected. Here the KL is the mean of the per-
+minibatch estimates over the epoch (CleanRL looks at the epoch's last minibatch only: the mean
+is the same quantity, less noisy).
+
+The loss closure records each minibatch's estimate (a device tensor, no host sync); the collector
+asks :meth:`TargetKL.__call__` once per epoch, which reads it back (one sync per epoch) and, under
+several ``torch.distributed`` ranks, averages it over the ranks first, so that every rank stops
+after the same epoch (data-parallel ranks must take the same number of optimizer steps).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from beyondfit.core.errors import BeyondfitError
+
+
+class TargetKL:
+    """Early-stop monitor: ``record(kl)`` per minibatch, ``monitor()`` -> stop? per epoch.
+
+    Args:
+        target: the approximate KL above which the rollout's remaining epochs are skipped
+            (CleanRL suggests 0.01-0.05; SB3 stops at 1.5x its ``target_kl``).
+    """
+
+    def __init__(self, target: float) -> None:
+        if isinstance(target, bool) or not isinstance(target, int | float) or not target > 0:
+            raise BeyondfitError(
+                f"target_kl={target!r} must be a positive number (e.g. 0.02) or null for no "
+                "early stop"
+            )
+        self.target = float(target)
+        self._sum: torch.Tensor | None = None
+        self._count = 0
+        self.last: float | None = None  # the epoch mean that was last compared
+
+    def record(self, kl: torch.Tensor) -> None:
+        """Add one minibatch's approximate KL (a detached scalar tensor; no host sync)."""
+        self._sum = kl.detach() if self._sum is None else self._sum + kl.detach()
+        self._count += 1
+
+    def __call__(self) -> bool:
+        """Did the epoch just finished move the policy past the target? Restarts the mean."""
+        if self._sum is None:
+            return False
+        mean = self._sum.double() / self._count
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.all_reduce(mean)
+            mean = mean / dist.get_world_size()
+        self._sum, self._count = None, 0
+        self.last = float(mean)
+        return self.last > self.target

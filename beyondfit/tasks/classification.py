@@ -1,0 +1,271 @@
+"""Supervised classification: an MLP beside a linear path, cross-entropy, on digits or a user table.
+
+Labels are integers or strings in the target column (``task.data.target``); their names are
+kept and used in the report. Accuracy and macro-F1 are torchmetrics objects, logged as
+``val_accuracy`` and ``val_f1``. The report prints the validation accuracy beside scikit-learn's
+logistic regression on the same split and inputs, and writes ``confusion_matrix.csv`` and
+``confusion_matrix.png`` (matplotlib optional). The split is stratified: every class keeps its
+share in both parts. Inputs, sizes and early stopping are the regression task's
+(:mod:`beyondfit.tasks.supervised`).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from beyondfit.core.engine import Engine
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.data import TensorBatches
+from beyondfit.data.bundled import digits
+from beyondfit.data.tables import Table
+from beyondfit.nets import WideAndDeep, mlp
+from beyondfit.tasks import Task
+from beyondfit.tasks.supervised import (
+    DEFAULT_EARLY_STOPPING,
+    auto_batch_size,
+    auto_hidden,
+    early_stopping_callbacks,
+    prepare_features,
+    read_source,
+    refuse_missing_target,
+    stopping_lines,
+    table_from_arrays,
+    write_preprocessing,
+)
+
+_NEEDS_TORCHMETRICS = (
+    "the classification task computes accuracy and F1 with torchmetrics, which is not "
+    "installed; pip install \"beyondfit[metrics]\" (or pip install torchmetrics)"
+)
+
+
+def build(
+    seed: int = 0,
+    hidden: Sequence[int] | int | str = "auto",
+    dropout: float = 0.0,
+    wide: bool = True,
+    batch_size: int | str = "auto",
+    val_fraction: float = 0.2,
+    early_stopping: Mapping[str, Any] | None = DEFAULT_EARLY_STOPPING,
+    data: Mapping[str, Any] | None = None,
+) -> Task:
+    """Build the classification task.
+
+    Args:
+        seed: seeds the split, the weights and the batch order.
+        hidden: hidden layer widths of the MLP, or ``"auto"`` (by training rows).
+        dropout: dropout after each hidden layer.
+        wide: add a linear path (multinomial logistic regression) beside the MLP.
+        batch_size: training rows per step, or ``"auto"`` (by training rows).
+        val_fraction: share of each class held out for validation.
+        early_stopping: :class:`~beyondfit.core.EarlyStopping` options (monitor ``val_loss``
+            unless given), or ``None`` to train every epoch.
+        data: ``{"path": file.csv|file.npz, "target": COLUMN, "missing": impute|refuse}``;
+            default: scikit-learn's 8x8 digits.
+    """
+    table = read_source(data, _digits)
+    missing = str(dict(data or {}).get("missing") or "impute")
+    labels, classes = class_labels(table)
+    train_idx, val_idx = stratified_split(labels, val_fraction, seed)
+    features = prepare_features(table, train_idx, val_idx, missing)
+    try:  # after the table checks: a bad table is refused without this import's seconds
+        from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+    except ImportError:
+        raise BeyondfitError(_NEEDS_TORCHMETRICS) from None
+    features.extra = {"target": table.target.name, "classes": classes}
+    y = torch.from_numpy(labels)
+    x_train, x_val, y_train, y_val = features.train, features.val, y[train_idx], y[val_idx]
+
+    widths = auto_hidden(hidden, len(x_train))
+    n_in, n_classes = x_train.shape[1], len(classes)
+    model: torch.nn.Module = (
+        WideAndDeep(n_in, widths, n_classes, dropout=dropout) if wide
+        else mlp([n_in, *widths, n_classes], dropout=dropout)
+    )
+    callbacks = early_stopping_callbacks(early_stopping, monitor="val_loss", mode="min")
+    accuracy = MulticlassAccuracy(num_classes=n_classes, average="micro")
+    f1 = MulticlassF1Score(num_classes=n_classes, average="macro")
+
+    def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> Any:
+        inputs, target = batch
+        logits = model(inputs)
+        loss = F.cross_entropy(logits, target)
+        if model.training:
+            return loss
+        for metric in (accuracy, f1):
+            if metric.device != logits.device:  # once: metrics start on the CPU
+                metric.to(logits.device)
+            metric.update(logits, target)
+        return {"loss": loss, "accuracy": accuracy, "f1": f1}
+
+    def finish(engine: Engine, run_dir: Path) -> list[str]:
+        acc = engine.last_val.get("val_accuracy", float("nan"))
+        macro_f1 = engine.last_val.get("val_f1", float("nan"))
+        baseline = logistic_regression_accuracy(x_train, y_train, x_val, y_val)
+        lines = [
+            f"validation accuracy: model {acc:.4f} | logistic regression {baseline} "
+            f"(same split, {len(y_val)} rows); macro-F1 {macro_f1:.4f}"
+        ]
+        lines += stopping_lines(callbacks)
+        with torch.inference_mode():
+            engine.model.eval()
+            predicted = engine.model(x_val.to(engine.device)).argmax(1).cpu().numpy()
+        matrix = confusion_matrix(y_val.numpy(), predicted, n_classes)
+        recall = matrix.diagonal() / np.maximum(matrix.sum(1), 1)
+        shown = ", ".join(f"{name} {r:.2f}" for name, r in list(zip(classes, recall))[:20])
+        more = f", ... ({n_classes} classes)" if n_classes > 20 else ""
+        lines.append(f"per-class validation recall: {shown}{more}")
+        lines += save_confusion_matrix(run_dir, matrix, classes)
+        lines.append(write_preprocessing(run_dir, features.record()))
+        return lines
+
+    return Task(
+        model=model,
+        loss_fn=loss_fn,
+        train_data=TensorBatches(
+            x_train, y_train, batch_size=auto_batch_size(batch_size, len(x_train)), seed=seed
+        ),
+        val_data=[(x_val, y_val)],
+        finish=finish,
+        callbacks=callbacks,
+    )
+
+
+def _digits() -> Table:
+    x, y = digits()
+    return table_from_arrays("digits", x, y)
+
+
+def class_labels(table: Table) -> tuple[np.ndarray, list[str]]:
+    """Class indices (int64) and class names (sorted) of the target column.
+
+    Numbers must be whole (``3``, ``3.0``); text labels are taken as they are. A missing
+    label, a single class, or a class with one row is an error naming it.
+    """
+    target = table.target
+    refuse_missing_target(table)
+    if target.values.ndim != 1:
+        raise table.error("has a 2-D target; classification needs one label per row")
+    if target.numeric:
+        values = target.values
+        fractional = np.nonzero(values != np.round(values))[0]
+        if len(fractional):
+            i = int(fractional[0])
+            raise table.error(
+                f"target {target.name!r} holds {values[i]:g} at {table.where(i)}, not a whole "
+                "number; class labels are whole numbers or text (for numbers, +task=regression)"
+            )
+        keys, labels = np.unique(values, return_inverse=True)
+        names = [f"{k:g}" for k in keys]
+    else:
+        keys, labels = np.unique(target.values.astype(str), return_inverse=True)
+        names = [str(k) for k in keys]
+    if len(names) < 2:
+        raise table.error(
+            f"target {target.name!r} has one class ({names[0]!r}) in all {len(labels)} rows; "
+            "a classifier needs at least two"
+        )
+    counts = np.bincount(labels, minlength=len(names))
+    once = np.nonzero(counts == 1)[0]
+    if len(once):
+        row = int(np.nonzero(labels == once[0])[0][0])
+        raise table.error(
+            f"target {target.name!r} has class {names[once[0]]!r} only once (at "
+            f"{table.where(row)}; {len(once)} such class(es)); every class needs at least two "
+            "rows, one to train on and one to validate: add rows or drop the class"
+        )
+    return labels.astype(np.int64), names
+
+
+def stratified_split(
+    labels: np.ndarray, val_fraction: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Seeded train/validation split keeping each class's share; each class in both parts."""
+    if not 0.0 < val_fraction < 1.0:
+        raise BeyondfitError(
+            f"val_fraction={val_fraction!r}; it must be strictly between 0 and 1 (e.g. 0.2)"
+        )
+    generator = torch.Generator().manual_seed(int(seed))
+    train: list[torch.Tensor] = []
+    val: list[torch.Tensor] = []
+    for c in range(int(labels.max()) + 1):
+        rows = torch.from_numpy(np.nonzero(labels == c)[0])
+        rows = rows[torch.randperm(len(rows), generator=generator)]
+        n_val = min(max(1, round(len(rows) * val_fraction)), len(rows) - 1)
+        val.append(rows[:n_val])
+        train.append(rows[n_val:])
+    # One permutation of each part, so batches do not come class by class.
+    train_idx, val_idx = torch.cat(train), torch.cat(val)
+    return (train_idx[torch.randperm(len(train_idx), generator=generator)],
+            val_idx[torch.randperm(len(val_idx), generator=generator)])
+
+
+def logistic_regression_accuracy(
+    x_train: torch.Tensor, y_train: torch.Tensor, x_val: torch.Tensor, y_val: torch.Tensor
+) -> str:
+    """Validation accuracy of scikit-learn's ``LogisticRegression`` (its defaults), formatted.
+
+    scikit-learn is imported here only, after training: the training path never loads it.
+    """
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError:
+        return "n/a (scikit-learn is not installed)"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a convergence warning at max_iter is no news here
+        model = LogisticRegression(max_iter=1000).fit(x_train.numpy(), y_train.numpy())
+    return f"{float((model.predict(x_val.numpy()) == y_val.numpy()).mean()):.4f}"
+
+
+def confusion_matrix(target: np.ndarray, predicted: np.ndarray, n_classes: int) -> np.ndarray:
+    """Counts: row = true class, column = predicted class."""
+    flat = target.astype(np.int64) * n_classes + predicted.astype(np.int64)
+    return np.bincount(flat, minlength=n_classes * n_classes).reshape(n_classes, n_classes)
+
+
+def save_confusion_matrix(run_dir: Path, matrix: np.ndarray, classes: list[str]) -> list[str]:
+    """``confusion_matrix.csv`` always, ``confusion_matrix.png`` with matplotlib; report lines."""
+    run_dir = Path(run_dir)
+    table_path = run_dir / "confusion_matrix.csv"
+    with table_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["true \\ predicted", *classes])
+        for name, row in zip(classes, matrix):
+            writer.writerow([name, *row.tolist()])
+    png = run_dir / "confusion_matrix.png"
+    try:
+        from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
+    except ImportError:
+        return [f"confusion matrix: {table_path} ({png.name} needs matplotlib: "
+                "pip install \"beyondfit[plots]\")"]
+    n = len(classes)
+    size = min(12.0, 2.5 + 0.45 * n)
+    fig = Figure(figsize=(size, size * 0.9), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(matrix, cmap="Blues", interpolation="nearest")
+    fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    ticks = range(n)
+    ax.set_xticks(ticks, [c[:12] for c in classes], rotation=45 if n > 6 else 0, ha="right")
+    ax.set_yticks(ticks, [c[:12] for c in classes])
+    ax.set_xlabel("predicted class")
+    ax.set_ylabel("true class")
+    if n <= 30:  # counts in the cells while they are readable
+        threshold = matrix.max() / 2 if matrix.size else 0
+        for (i, j), count in np.ndenumerate(matrix):
+            ax.text(j, i, str(count), ha="center", va="center", fontsize=8,
+                    color="white" if count > threshold else "black")
+    accuracy = matrix.trace() / max(matrix.sum(), 1)
+    ax.set_title(f"validation confusion matrix (accuracy {accuracy:.3f})")
+    fig.tight_layout()
+    fig.savefig(png)
+    return [f"confusion matrix: {png} (counts in {table_path.name})"]
+
