@@ -127,7 +127,23 @@ def resume_command(checkpoint: Path) -> str:
     args = [
         a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
     ]
-    return shlex.join(["python", "-m", "beyondfit", *args, f"resume={target}"])
+    mine = config_dir_args(sys.argv[1:])  # a task of one's own is found there again
+    return shlex.join(["python", "-m", "beyondfit", *mine, *args, f"resume={target}"])
+
+
+def config_dir_args(args: list[str]) -> list[str]:
+    """The arguments that add config directories (``--config-dir DIR``, ``-cd DIR``,
+    ``hydra.searchpath=[...]``), as given, with relative paths made absolute."""
+    kept: list[str] = []
+    for i, arg in enumerate(args):
+        flag, sep, value = arg.partition("=")
+        if flag in ("--config-dir", "-cd"):
+            if not sep:
+                value = args[i + 1] if i + 1 < len(args) else ""
+            kept += ["--config-dir", str(Path(value).expanduser().absolute())]
+        elif flag.lstrip("+") == "hydra.searchpath":
+            kept.append(arg)
+    return kept
 
 
 def resume_overrides(args: list[str]) -> list[str]:

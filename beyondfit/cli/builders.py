@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +41,30 @@ def build_checkpointer(cfg: DictConfig, run_dir: Path) -> Checkpointer:
     )
 
 
-def build_task(task_cfg: DictConfig) -> Task:
+def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Task:
     """Instantiate ``cfg.task``: its ``_target_`` is a builder returning a :class:`Task`.
 
     The builder may be anyone's (``mymod.build``, importable from the launch directory); every
     way it can fail is one :class:`BeyondfitError` line (see :mod:`beyondfit.cli.targets`).
+    ``swapped``: the keys (``task``, ``task.loss``) whose ``_target_`` the command line replaced;
+    ``None``: read them from the running Hydra app's overrides, if any.
     """
-    from beyondfit.cli.targets import instantiate_section
+    from beyondfit.cli.targets import instantiate_section, swapped_targets
 
-    task = instantiate_section(task_cfg, "task")
+    if swapped is None:
+        from hydra.core.hydra_config import HydraConfig
+
+        from beyondfit.distributed.launch import world_size
+
+        if HydraConfig.initialized():
+            swapped = swapped_targets(HydraConfig.get().overrides.task)
+        elif world_size() > 1:
+            # A torchrun rank other than 0 runs the config rank 0 composed and checked: it
+            # fits every target as rank 0 did, without knowing the overrides.
+            swapped = ["*"]
+        else:
+            swapped = []
+    task = instantiate_section(task_cfg, "task", set(swapped))
     target = task_cfg.get("_target_")
     if not isinstance(task, Task):
         raise BeyondfitError(

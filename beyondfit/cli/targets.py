@@ -8,10 +8,12 @@ import or a missing name is one :class:`BeyondfitError` naming the config key; t
 fitted to its target's signature; then Hydra calls them, and an exception raised inside the
 user's code comes back as one line naming the key, the target and where in the user's file.
 
-Fitting to the signature is what makes a swap work the way Hydra users expect from switching an
-implementation: ``+task=regression task._target_=mymod.build`` or ``algo=a2c
-task.loss._target_=mymod.my_loss`` keeps the options the new target takes, and leaves out (with
-one warning line naming them) those it does not take. A target with ``**kwargs`` gets them all.
+Fitting to the signature is what makes a swap on the command line work:
+``+task=regression task._target_=mymod.build`` or ``task.loss._target_=mymod.my_loss`` keeps
+the options of the replaced config that the new target takes, and leaves out (with one warning
+line naming them) those it does not take. Anywhere else an option the target does not take is a
+mistake (a typo, ``+task.nosuch=1``): one error line naming the options it does take. A target
+with ``**kwargs`` gets every option.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import inspect
 import logging
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,40 +46,43 @@ def locate(path: str, key: str) -> Any:
     if not isinstance(path, str) or not path or path.startswith(".") or path.endswith("."):
         raise BeyondfitError(f"{key}._target_={path!r} is not a dotted name like mymodule.build")
     parts = path.split(".")
-    module, found = None, 0
-    for i in range(len(parts), 0, -1):  # the longest prefix that is a module
-        name = ".".join(parts[:i])
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name is not None and name != e.name and not name.startswith(e.name + "."):
-                # The module exists but imports something that does not.
-                raise BeyondfitError(
-                    f"{key}._target_={path!r}: importing {name} failed: {e}{_where(e)}"
-                ) from None
-            continue
-        except Exception as e:  # the user's module raised while being imported
-            raise BeyondfitError(
-                f"{key}._target_={path!r}: importing {name} raised "
-                f"{type(e).__name__}: {e}{_where(e)}"
-            ) from None
-        found = i
-        break
-    if module is None:
+    obj = _import(parts[0], path, key)
+    if obj is None:
         raise BeyondfitError(
             f"{key}._target_={path!r}: no module named {parts[0]!r}; put {parts[0]}.py in the "
             "directory you launch from (it is on the import path) or add its directory to "
             "PYTHONPATH"
         )
-    obj = module
-    for i, attr in enumerate(parts[found:], start=found):
-        if not hasattr(obj, attr):
-            owner = ".".join(parts[:i])
+    for i in range(1, len(parts)):
+        owner, attr = ".".join(parts[:i]), parts[i]
+        if hasattr(obj, attr):
+            obj = getattr(obj, attr)
+            continue
+        sub = _import(f"{owner}.{attr}", path, key) if inspect.ismodule(obj) else None
+        if sub is None:
             raise BeyondfitError(f"{key}._target_={path!r}: {owner} has no attribute {attr!r}")
-        obj = getattr(obj, attr)
+        obj = sub
     if not callable(obj):
         raise BeyondfitError(f"{key}._target_={path!r} is a {type(obj).__name__}, not callable")
     return obj
+
+
+def _import(name: str, path: str, key: str) -> Any:
+    """The module ``name``, ``None`` if there is none; an error if importing it fails."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (name == e.name or name.startswith(e.name + ".")):
+            return None  # no such module
+        # The module exists but imports one that does not.
+        raise BeyondfitError(
+            f"{key}._target_={path!r}: importing {name} failed: {e}{_where(e)}"
+        ) from None
+    except Exception as e:  # the user's module raised while being imported
+        raise BeyondfitError(
+            f"{key}._target_={path!r}: importing {name} raised {type(e).__name__}: {e}"
+            f"{_where(e)}"
+        ) from None
 
 
 def _where(exc: BaseException) -> str:
@@ -87,8 +92,9 @@ def _where(exc: BaseException) -> str:
     if not frames:
         return ""
     own = [f for f in frames if "site-packages" not in f.filename and "<frozen" not in f.filename]
-    last = (own or frames)[-1]
-    return f" (at {Path(last.filename).name}:{last.lineno})"
+    if not own:  # e.g. a call with wrong arguments fails at the (library's) call site
+        return ""
+    return f" (at {Path(own[-1].filename).name}:{own[-1].lineno})"
 
 
 def _nodes(node: Any, key: str) -> Iterator[tuple[DictConfig, str]]:
@@ -116,11 +122,24 @@ def accepted_options(target: Callable[..., Any]) -> set[str] | None:
     return {p.name for p in parameters if p.kind in kinds}
 
 
-def fit_to_targets(section: DictConfig, key: str) -> None:
-    """Locate every ``_target_`` in ``section`` and drop the options its target does not take.
+def swapped_targets(overrides: Iterable[str]) -> set[str]:
+    """The config keys whose ``_target_`` a command-line override replaced:
+    ``["task._target_=mymod.build", "+task.loss._target_=m.f"]`` -> ``{"task", "task.loss"}``."""
+    swapped = set()
+    for override in overrides:
+        key = override.partition("=")[0].lstrip("+~")
+        if key.endswith("._target_"):
+            swapped.add(key[: -len("._target_")])
+    return swapped
 
-    Edits ``section`` in place (pass a copy); each dropped set is one warning line, e.g.
-    ``task: mymod.build takes no option(s) dropout, hidden; left out``.
+
+def fit_to_targets(section: DictConfig, key: str, swapped: Collection[str] = ()) -> None:
+    """Locate every ``_target_`` in ``section`` and check its options against its signature.
+
+    Options a target does not take are an error, except in the nodes named in ``swapped``
+    (their ``_target_`` was replaced on the command line; ``"*"``: all), where they are left out
+    with one warning line, e.g. ``task: mymod.build takes no option(s) dropout, hidden; left out``.
+    Edits ``section`` in place (pass a copy).
     """
     for node, where in list(_nodes(section, key)):
         target = locate(node._target_, where)
@@ -128,17 +147,24 @@ def fit_to_targets(section: DictConfig, key: str) -> None:
         if accepted is None:
             continue
         extra = sorted(str(k) for k in node if k not in _HYDRA_KEYS and k not in accepted)
-        if extra:
-            log.warning(
-                "%s: %s takes no option(s) %s; left out",
-                where, node._target_, ", ".join(extra),
+        if not extra:
+            continue
+        if where not in swapped and "*" not in swapped:
+            raise BeyondfitError(
+                f"{where}: {node._target_} takes no option(s) {', '.join(extra)}; its options: "
+                f"{', '.join(sorted(accepted)) or 'none'}"
             )
-            for name in extra:
-                del node[name]
+        log.warning("%s: %s takes no option(s) %s; left out", where, node._target_,
+                    ", ".join(extra))
+        for name in extra:
+            del node[name]
 
 
-def instantiate_section(section: DictConfig, key: str) -> Any:
+def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] = ()) -> Any:
     """Instantiate ``section`` (and the targets nested in it) with one-line errors.
+
+    ``swapped``: the keys whose ``_target_`` the command line replaced (see
+    :func:`fit_to_targets`).
 
     Errors the user's code raises as :class:`BeyondfitError` pass through unchanged; any other
     exception becomes ``KEY (TARGET) raised TYPE: MESSAGE (at FILE:LINE)``.
@@ -148,8 +174,13 @@ def instantiate_section(section: DictConfig, key: str) -> Any:
 
     # A resolved copy: the run's config keeps every option (checkpoints store it).
     section = OmegaConf.create(OmegaConf.to_container(section, resolve=True))
-    fit_to_targets(section, key)
-    hydra_keys = {k.replace("[", "").replace("]", ""): k for _, k in _nodes(section, key)}
+    fit_to_targets(section, key, swapped)
+    # Hydra names a failing node by its key below the section, list items run together
+    # (wrappers0); the walk knows it as task.wrappers[0], and the target as the user spelled it.
+    named = {
+        mine[len(key) + 1:].replace("[", "").replace("]", ""): (mine, str(node._target_))
+        for node, mine in _nodes(section, key)
+    }
     try:
         return instantiate(section, _convert_="all")
     except InstantiationException as exc:
@@ -157,14 +188,15 @@ def instantiate_section(section: DictConfig, key: str) -> Any:
         if isinstance(cause, BeyondfitError):
             raise cause from None
         text = str(exc)
-        full_key = re.search(r"full_key: (\S+)", text)
-        # Hydra spells list items task.wrappers0; the walk above knows them as task.wrappers[0].
-        where = hydra_keys.get(full_key.group(1), full_key.group(1)) if full_key else key
-        target = re.search(r"target '([^']+)'", text)
-        name = target.group(1) if target else "its _target_"
+        full_key = re.search(r"full_key: (\S*)", text)
+        where, name = named.get(full_key.group(1) if full_key else "", (key, "its _target_"))
         if cause is None:
             raise BeyondfitError(f"cannot build {where} ({name}): {text.splitlines()[0]}") from None
         message = " ".join(str(cause).split()) or "(no message)"
+        hint = ""
+        if where != key and isinstance(cause, TypeError) and "required positional" in message:
+            hint = ("; a function to be called later (an env wrapper, a loss closure itself) "
+                    "needs _partial_: true")
         raise BeyondfitError(
-            f"{where} ({name}) raised {type(cause).__name__}: {message}{_where(cause)}"
+            f"{where} ({name}) raised {type(cause).__name__}: {message}{_where(cause)}{hint}"
         ) from None

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.envs import WrapperFn, action_converter, make_vector_env
 from beyondfit.rl.policies import ActorCritic
 
@@ -26,6 +27,8 @@ class GreedyEvaluator:
         progress: optional zero-argument callable (e.g. the collector's env-step count) recorded
             with each result in :attr:`history`.
         wrappers: wrapper factories applied to each env copy, as in training.
+        max_steps: an episode still running after this many steps is an error (a greedy
+            policy on an env without a time limit could otherwise run forever).
     """
 
     def __init__(
@@ -35,8 +38,10 @@ class GreedyEvaluator:
         seed: int = 0,
         progress: Callable[[], int] | None = None,
         wrappers: Sequence[WrapperFn] = (),
+        max_steps: int = 100_000,
     ) -> None:
         self.envs = make_vector_env(env_id, episodes, wrappers)
+        self.env_id, self.max_steps = env_id, max_steps
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._to_env = action_converter(self.envs.single_action_space)
         self._seeded = False
@@ -61,6 +66,12 @@ class GreedyEvaluator:
                 returns += reward * running
                 lengths += running
                 running &= ~(term | trunc)
+                if running.any() and lengths.max() >= self.max_steps:
+                    raise BeyondfitError(
+                        f"a greedy evaluation episode of {self.env_id!r} ran {self.max_steps} "
+                        "steps without ending: give the env a time limit (max_episode_steps= "
+                        "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
+                    )
         self.seconds += time.perf_counter() - start
         result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
         entry = dict(result)

@@ -57,8 +57,10 @@ def make_env(meta: dict, **kwargs: object) -> gym.Env:
     spec = env_spec(meta["env"])
     try:
         env = gym.make(spec, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:
+    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
         raise missing_dependency(spec, exc) from None
+    except Exception as exc:
+        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
     wrappers = meta.get("wrappers", [])
     if wrappers is None:
         raise BeyondfitError(
@@ -82,7 +84,8 @@ def play(
         raise BeyondfitError(
             "recording a video needs moviepy: pip install moviepy (or run without --video)"
         )
-    env = make_env(meta, render_mode="rgb_array" if video is not None else None)
+    # Only when recording: an env of one's own need not take a render_mode argument.
+    env = make_env(meta, **({"render_mode": "rgb_array"} if video is not None else {}))
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))

@@ -1,0 +1,142 @@
+"""An env of one's own, registered by a module outside the package (``task.env=MODULE:ID``),
+with wrappers from the config: trained from the command line, played back, mistakes in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from beyondfit import BeyondfitError
+from beyondfit.cli.builders import build_task
+from beyondfit.rl.envs import make_vector_env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+USER_ENVS = '''
+"""A corridor: start at 0, actions left/right, +1 per step spent at the right end."""
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    observation_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = 0
+        return np.array([self.x], np.float32), {}
+
+    def step(self, action):
+        self.x = min(4, max(0, self.x + (1 if action == 1 else -1)))
+        return np.array([self.x], np.float32), float(self.x == 4), False, False, {}
+
+
+class ScaleReward(gym.RewardWrapper):
+    def __init__(self, env, factor: float = 1.0):
+        super().__init__(env)
+        self.factor = factor
+
+    def reward(self, reward):
+        return self.factor * reward
+
+
+gym.register("Corridor-v0", entry_point=Corridor)
+'''
+
+WRAPPERS = (
+    "task.wrappers=[{_target_:gymnasium.wrappers.TimeLimit,_partial_:true,max_episode_steps:20},"
+    "{_target_:myenvs.ScaleReward,_partial_:true,factor:2.0}]"
+)
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_a_users_env_and_wrappers_train_from_the_command_line_and_play(tmp_path: Path) -> None:
+    (tmp_path / "myenvs.py").write_text(USER_ENVS)
+    done = cli("beyondfit", "+task=cartpole", "task.env=myenvs:Corridor-v0", WRAPPERS,
+               "task.target_return=null", "train.stop=null", "task.total_env_steps=2048",
+               "task.eval_every_env_steps=1024", "task.eval_episodes=4", "hydra.run.dir=run",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    episodes = [r for r in rows if "episode_length" in r]
+    assert episodes and all(r["episode_length"] == 20 for r in episodes)  # TimeLimit(20)
+    # Rewards doubled by the wrapper: at most 2 per step, and steps 0-3 can't be at the end.
+    assert all(0 <= r["episode_return"] <= 2 * 16 for r in episodes)
+    evaluations = [r for r in rows if "val_length" in r]
+    assert evaluations and all(r["val_length"] == 20 for r in evaluations)
+    saved = json.loads((tmp_path / "run" / "policy.json").read_text())
+    assert saved["env"] == "myenvs:Corridor-v0"
+    assert saved["wrappers"] == [
+        {"_target_": "gymnasium.wrappers.common.TimeLimit", "max_episode_steps": 20},
+        {"_target_": "myenvs.ScaleReward", "factor": 2.0},
+    ]
+    played = cli("beyondfit.play", "run", "--episodes", "2", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert "mean return" in played.stdout
+
+
+@pytest.mark.parametrize(
+    ("env_id", "words"),
+    [
+        ("nosuchmodule:Corridor-v0",
+         ["cannot import module 'nosuchmodule'", "directory you launch"]),
+        ("badenvs:Corridor-v0", ["importing module 'badenvs' raised RuntimeError: no"]),
+        ("myenvs:Nowhere-v0", ["unknown Gymnasium env id", "MODULE:ID"]),
+    ],
+)
+def test_env_mistakes_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   env_id: str, words: list[str]) -> None:
+    (tmp_path / "myenvs.py").write_text(USER_ENVS)
+    (tmp_path / "badenvs.py").write_text("raise RuntimeError('no')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(BeyondfitError) as info:
+        make_vector_env(env_id, 2)
+    assert "\n" not in str(info.value)
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_a_wrapper_without_partial_says_to_add_it(tmp_path: Path) -> None:
+    cfg = OmegaConf.create({
+        "_target_": "beyondfit.tasks.policy_gradient.build",
+        "loss": {"_target_": "beyondfit.rl.losses.ppo_loss"},
+        "wrappers": [{"_target_": "gymnasium.wrappers.TimeLimit", "max_episode_steps": 20}],
+    })
+    with pytest.raises(BeyondfitError) as info:
+        build_task(cfg)
+    message = str(info.value)
+    assert message.startswith("task.wrappers[0] (gymnasium.wrappers.TimeLimit) raised TypeError")
+    assert "needs _partial_: true" in message and "\n" not in message
+    not_a_factory = [{"_target_": "gymnasium.make", "id": "CartPole-v1"}]
+    cfg.wrappers = not_a_factory  # an env, not a wrapper factory
+    with pytest.raises(BeyondfitError, match=r"task.wrappers\[0\] is TimeLimit, not a wrapper"):
+        build_task(cfg)
+
+
+def test_an_evaluation_episode_that_never_ends_is_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beyondfit.rl.evaluate import GreedyEvaluator
+    from beyondfit.rl.policies import ActorCritic
+
+    (tmp_path / "myenvs.py").write_text(USER_ENVS)  # Corridor-v0 has no time limit
+    monkeypatch.syspath_prepend(str(tmp_path))
+    evaluator = GreedyEvaluator("myenvs:Corridor-v0", episodes=2, max_steps=50)
+    policy = ActorCritic(evaluator.envs.single_observation_space,
+                         evaluator.envs.single_action_space, hidden=(4,))
+    with pytest.raises(BeyondfitError, match="ran 50 steps without ending: give the env a time"):
+        evaluator(policy)
+    evaluator.close()
