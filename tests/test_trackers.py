@@ -148,8 +148,10 @@ def test_mlflow_rl_run_sends_the_policy(tmp_path: Path, tracking) -> None:
 def test_a_failed_run_ends_its_mlflow_run_as_failed(tmp_path: Path, tracking) -> None:
     pytest.importorskip("mlflow")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        cfg = compose("config", overrides=["+task=regression", "logger=[mlflow]", "plots=false",
-                                           "optimizer=sgd", "optimizer.lr=1000", "train.epochs=2"])  # fmt: skip
+        cfg = compose("config", overrides=[
+            "+task=regression", "logger=[mlflow]", "plots=false", "optimizer=sgd",
+            "optimizer.lr=1000", "train.epochs=2",
+        ])  # fmt: skip
     with pytest.raises(BeyondfitError, match="non-finite loss"):
         run(cfg, tmp_path / "run")
     (tracked,) = mlflow_runs(tracking["MLFLOW_TRACKING_URI"])
