@@ -108,7 +108,7 @@ def test_mlflow_records_config_every_row_and_the_plots(tmp_path: Path, tracking)
     assert tracked.data.tags["beyondfit.run_dir"] == str(run_dir)
     params = tracked.data.params
     # The resolved config: interpolations followed, every section flattened.
-    assert params["optimizer.lr"] == "0.001" and params["train.epochs"] == "3"
+    assert params["optimizer.lr"] == "0.002" and params["train.epochs"] == "3"  # AdamW default
     assert params["task.seed"] == "0" and params["engine.log_every"] == "5"
     assert params["task._target_"] == "beyondfit.tasks.regression.build"
     assert params["logger.mlflow.experiment"] == "beyondfit"
@@ -148,10 +148,10 @@ def test_mlflow_rl_run_sends_the_policy(tmp_path: Path, tracking) -> None:
 def test_a_failed_run_ends_its_mlflow_run_as_failed(tmp_path: Path, tracking) -> None:
     pytest.importorskip("mlflow")
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        # SGD at lr 1000 (the largest optimizer.lr the config accepts) diverges in a few steps.
-        cfg = compose("config", overrides=["+task=regression", "logger=[mlflow]", "plots=false",
-                                           "optimizer=sgd", "optimizer.lr=1000",
-                                           "train.epochs=2"])  # fmt: skip
+        cfg = compose("config", overrides=[
+            "+task=regression", "logger=[mlflow]", "plots=false", "optimizer=sgd",
+            "optimizer.lr=1000", "train.epochs=2",
+        ])  # fmt: skip
     with pytest.raises(BeyondfitError, match="non-finite loss"):
         run(cfg, tmp_path / "run")
     (tracked,) = mlflow_runs(tracking["MLFLOW_TRACKING_URI"])
@@ -223,7 +223,7 @@ def test_wandb_offline_records_config_every_row_and_the_plots(tmp_path: Path) ->
     (tracked,) = offline_runs(run_dir)
     assert tracked.exit_code == 0
     config = tracked.config
-    assert config["optimizer"]["lr"] == 0.001 and config["train"]["epochs"] == 3
+    assert config["optimizer"]["lr"] == 0.002 and config["train"]["epochs"] == 3
     assert config["task"]["seed"] == 0 and config["task"]["_target_"].endswith("regression.build")
     assert "resume" not in config
     history: dict[str, list[tuple[int, float]]] = {}
@@ -352,7 +352,7 @@ def test_a_logger_of_your_own(tmp_path: Path) -> None:
                  cwd=tmp_path, env=env)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     lines = [json.loads(x) for x in (tmp_path / "run" / "evals.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["lr"]) for r in lines] == [(12, 0.001), (24, 0.001)]
+    assert [(r["step"], r["lr"]) for r in lines] == [(12, 0.002), (24, 0.002)]
     assert all(math.isfinite(r["val_loss"]) for r in lines)
     assert (tmp_path / "run" / "metrics.csv").is_file()  # beside the default csv logger
 

@@ -57,8 +57,10 @@ def make_env(meta: dict, **kwargs: object) -> gym.Env:
     spec = env_spec(meta["env"])
     try:
         env = gym.make(spec, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:
+    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
         raise missing_dependency(spec, exc) from None
+    except Exception as exc:
+        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
     wrappers = meta.get("wrappers", [])
     if wrappers is None:
         raise BeyondfitError(
