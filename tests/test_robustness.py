@@ -303,6 +303,19 @@ def test_another_optimizer_is_refused_before_anything_is_loaded(tmp_path: Path) 
     assert other.global_step == 0
 
 
+
+def test_a_scheduled_optimizer_resumes_into_a_fresh_engine(tmp_path: Path) -> None:
+    """A scheduler writes ``initial_lr`` into the saved groups; a fresh engine builds its own
+    scheduler only after ``load``, so that key is scheduler bookkeeping, not another optimizer."""
+    engine, data = make_engine("adam")
+    optimizer = engine.updates[0].optimizer
+    torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    engine.fit(data, max_steps=3)
+    path = engine.save(tmp_path / "ckpt.pt")
+    fresh, _ = make_engine("adam")
+    fresh.load(path)
+    assert fresh.global_step == 3
+
 # ---------------------------------------------------------------- never save poison
 def test_a_checkpoint_with_non_finite_weights_is_never_written(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

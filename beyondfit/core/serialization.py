@@ -271,6 +271,10 @@ def check_state_fits(
             )
 
 
+SCHEDULER_GROUP_KEYS = frozenset(
+    {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"})
+
+
 def optimizer_mismatch(mine: Mapping[str, Any], saved: Mapping[str, Any]) -> str | None:
     """How a saved optimizer state differs from this optimizer's, or ``None`` if it fits.
 
@@ -288,7 +292,9 @@ def optimizer_mismatch(mine: Mapping[str, Any], saved: Mapping[str, Any]) -> str
         if len(old["params"]) != len(group["params"]):
             return (f"group {index} has {len(old['params'])} parameters, this optimizer "
                     f"{len(group['params'])}")
-        foreign = sorted(set(old) - set(group))
+        # LR schedulers write their own keys into the groups (``initial_lr`` and OneCycle's
+        # bounds) when they are built, which a fresh engine does after ``load``.
+        foreign = sorted(set(old) - set(group) - SCHEDULER_GROUP_KEYS)
         if foreign:
             return f"settings {', '.join(map(str, foreign))} that this optimizer does not have"
     return None
