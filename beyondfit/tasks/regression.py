@@ -20,14 +20,13 @@ import torch.nn.functional as F
 
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.data import TensorBatches, split
+from beyondfit.data import split
 from beyondfit.data.bundled import diabetes
 from beyondfit.data.tables import Table
 from beyondfit.nets import WideAndDeep, mlp
 from beyondfit.tasks import Task
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
-    auto_batch_size,
     auto_hidden,
     early_stopping_callbacks,
     prepare_features,
@@ -35,6 +34,7 @@ from beyondfit.tasks.supervised import (
     refuse_missing_target,
     stopping_lines,
     table_from_arrays,
+    table_task,
     write_preprocessing,
 )
 
@@ -119,16 +119,8 @@ def build(
         lines.append(write_preprocessing(run_dir, features.record()))
         return lines
 
-    return Task(
-        model=model,
-        loss_fn=loss_fn,
-        train_data=TensorBatches(
-            x_train, y_train, batch_size=auto_batch_size(batch_size, len(x_train)), seed=seed
-        ),
-        val_data=[(x_val, y_val)],
-        finish=finish,
-        callbacks=callbacks,
-    )
+    return table_task(model, loss_fn, (x_train, y_train), (x_val, y_val), batch_size=batch_size,
+                      seed=seed, finish=finish, callbacks=callbacks)
 
 
 def _diabetes() -> Table:

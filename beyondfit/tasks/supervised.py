@@ -24,8 +24,10 @@ import torch
 from beyondfit.core.early_stopping import EarlyStopping
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
+from beyondfit.data.batches import TensorBatches
 from beyondfit.data.encoding import FeatureEncoding, fit_encoding
 from beyondfit.data.tables import Column, Table, read_table
+from beyondfit.tasks.contract import Task
 
 log = logging.getLogger("beyondfit")
 
@@ -222,3 +224,29 @@ def write_preprocessing(run_dir: Path, record: Mapping[str, Any]) -> str:
     tmp.write_text(json.dumps(record, indent=1, default=float) + "\n")
     tmp.replace(path)
     return f"input encoding and scaling: {path}"
+
+
+def table_task(
+    model: torch.nn.Module,
+    loss_fn: Callable[..., Any],
+    train: tuple[torch.Tensor, torch.Tensor],
+    val: tuple[torch.Tensor, torch.Tensor],
+    *,
+    batch_size: Any,
+    seed: int,
+    finish: Callable[..., list[str]],
+    callbacks: list[Any],
+) -> Task:
+    """The :class:`~beyondfit.tasks.Task` of a table: shuffled training batches (``batch_size``
+    or the automatic size), and the whole validation split as one batch (exact metrics)."""
+    x_train, y_train = train
+    return Task(
+        model=model,
+        loss_fn=loss_fn,
+        train_data=TensorBatches(
+            x_train, y_train, batch_size=auto_batch_size(batch_size, len(x_train)), seed=seed
+        ),
+        val_data=[val],
+        finish=finish,
+        callbacks=callbacks,
+    )
