@@ -2,6 +2,7 @@
 
     python bench/sac_pendulum.py                # 3 seeds, 20,000 env steps each
     python bench/sac_pendulum.py --workers 2    # the same runs, two at a time
+    python bench/sac_pendulum.py --workers 2 --results bench/results  # keep and reuse runs
 
 Each method trains for the same budget of env steps (RL-Zoo's ``n_timesteps: 20000`` for
 Pendulum-v1), then plays the same greedy evaluation: ``--episodes`` episodes at once on a
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import importlib.util
+import json
 import statistics
 import sys
 import time
@@ -133,6 +135,12 @@ def table(results: dict[str, list[dict[str, float]]], seeds: int, env_steps: int
     return "\n".join(lines)
 
 
+def result_path(results: Path, method: str, seed: int, env_steps: int, episodes: int) -> Path:
+    """Where one run's result is kept: ``sac-METHOD-STEPS-epsEPISODES-seedN.json``."""
+    key = "sb3" if method.startswith("SB3") else "beyondfit"
+    return results / f"sac-{key}-{env_steps}-eps{episodes}-seed{seed}.json"
+
+
 def main(argv: list[str] | None = None) -> str:
     """Run every method on every seed; print (and optionally write) the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -141,21 +149,34 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--workers", type=int, default=1, help="runs at a time (processes)")
     parser.add_argument("--out", type=Path, default=None, help="also write the markdown here")
+    parser.add_argument("--results", type=Path, default=None,
+                        help="keep each run's result here as JSON; a run already kept is not "
+                             "run again (an interrupted bench resumes where it stopped)")
     args = parser.parse_args(argv)
     jobs = [(method, seed) for seed in range(args.seeds) for method in METHODS]
+    done: dict[tuple[str, int], dict[str, float]] = {}
+    if args.results is not None:
+        args.results.mkdir(parents=True, exist_ok=True)
+        for method, seed in jobs:
+            path = result_path(args.results, method, seed, args.env_steps, args.episodes)
+            if path.exists():
+                done[method, seed] = json.loads(path.read_text())
     with concurrent.futures.ProcessPoolExecutor(args.workers) as pool:
-        futures = {job: pool.submit(run, *job, args.env_steps, args.episodes) for job in jobs}
+        futures = {job: pool.submit(run, *job, args.env_steps, args.episodes)
+                   for job in jobs if job not in done}  # fmt: skip
         for (method, seed), future in futures.items():
-            r = future.result()
+            r = done[method, seed] = future.result()
+            if args.results is not None:
+                path = result_path(args.results, method, seed, args.env_steps, args.episodes)
+                path.write_text(json.dumps(r, indent=1) + "\n")
             print(f"seed {seed} {method}: return {r['return']:.1f}, train {r['seconds']:.0f}s "
                   f"wall, {r['cpu_seconds']:.0f}s CPU", flush=True)  # fmt: skip
-    results = {m: [futures[m, seed].result() for seed in range(args.seeds)] for m in METHODS}
+    results = {m: [done[m, seed] for seed in range(args.seeds)] for m in METHODS}
     text = table(results, args.seeds, args.env_steps, args.episodes)
     print(text)
     if args.out is not None:
         args.out.write_text(text + "\n")
     return text
-
 
 if __name__ == "__main__":
     main()

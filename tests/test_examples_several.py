@@ -218,10 +218,14 @@ def test_sac_pendulum_greedy_return_above_minus_200(seed: int) -> None:
     assert float(found[1]) >= -200.0
 
 
-def test_sac_bench_compares_both_methods() -> None:
+def test_sac_bench_compares_both_methods(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     bench = load("sac_pendulum", "bench")
-    text = bench.main(["--seeds", "1", "--env-steps", "300", "--episodes", "2"])
+    args = ["--seeds", "1", "--env-steps", "300", "--episodes", "2", "--results", str(tmp_path)]
+    text = bench.main(args)
     assert "| beyondfit (`examples/sac_pendulum.py`) | 150 |" in text
     assert "| SB3 SAC (RL-Zoo) | 200 |" in text and "1.00x" in text
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == ["sac-beyondfit-300-eps2-seed0.json", "sac-sb3-300-eps2-seed0.json"]
+    assert bench.main(args) == text  # kept runs are read back, not run again
 
