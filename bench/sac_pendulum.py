@@ -100,6 +100,7 @@ METHODS = {
     "beyondfit (`examples/sac_pendulum.py`)": run_beyondfit,
     "SB3 SAC (RL-Zoo)": run_sb3,
 }
+RESULT_KEYS = dict(zip(METHODS, ("beyondfit", "sb3"), strict=True))  # result file names
 
 
 def run(method: str, seed: int, env_steps: int, episodes: int) -> dict[str, float]:
@@ -137,8 +138,7 @@ def table(results: dict[str, list[dict[str, float]]], seeds: int, env_steps: int
 
 def result_path(results: Path, method: str, seed: int, env_steps: int, episodes: int) -> Path:
     """Where one run's result is kept: ``sac-METHOD-STEPS-epsEPISODES-seedN.json``."""
-    key = "sb3" if method.startswith("SB3") else "beyondfit"
-    return results / f"sac-{key}-{env_steps}-eps{episodes}-seed{seed}.json"
+    return results / f"sac-{RESULT_KEYS[method]}-{env_steps}-eps{episodes}-seed{seed}.json"
 
 
 def main(argv: list[str] | None = None) -> str:

@@ -271,6 +271,7 @@ def check_state_fits(
             )
 
 
+#: Keys torch's LR schedulers add to an optimizer's param groups when they are built.
 SCHEDULER_GROUP_KEYS = frozenset(
     {"initial_lr", "max_lr", "min_lr", "max_momentum", "base_momentum"})
 
