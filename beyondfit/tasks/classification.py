@@ -24,7 +24,7 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table
-from beyondfit.nets import WideAndDeep, mlp
+from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.tasks import Task
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
@@ -54,6 +54,8 @@ def build(
     val_fraction: float = 0.2,
     early_stopping: Mapping[str, Any] | None = DEFAULT_EARLY_STOPPING,
     data: Mapping[str, Any] | None = None,
+    bins: int | None = None,
+    label_smoothing: float = 0.0,
 ) -> Task:
     """Build the classification task.
 
@@ -68,6 +70,11 @@ def build(
             unless given), or ``None`` to train every epoch.
         data: ``{"path": file.csv|file.npz, "target": COLUMN, "missing": impute|refuse}``;
             default: scikit-learn's 8x8 digits.
+        bins: the MLP reads each numeric input also as a piecewise-linear code over this many
+            bins of its training quantiles (:class:`~beyondfit.nets.PiecewiseLinear`), which
+            lets it draw thresholds; ``None``: the standardized inputs only.
+        label_smoothing: cross-entropy's label smoothing while training (validation loss is
+            the plain cross-entropy).
     """
     table = read_source(data, _digits)
     missing = str(dict(data or {}).get("missing") or "impute")
@@ -84,10 +91,14 @@ def build(
 
     widths = auto_hidden(hidden, len(x_train))
     n_in, n_classes = x_train.shape[1], len(classes)
-    model: torch.nn.Module = (
-        WideAndDeep(n_in, widths, n_classes, dropout=dropout) if wide
-        else mlp([n_in, *widths, n_classes], dropout=dropout)
-    )
+    encoder = None if bins is None else PiecewiseLinear(x_train, int(bins))
+    model: torch.nn.Module
+    if wide:
+        model = WideAndDeep(n_in, widths, n_classes, dropout=dropout, encoder=encoder)
+    else:
+        n_deep = n_in if encoder is None else encoder.n_out
+        deep = mlp([n_deep, *widths, n_classes], dropout=dropout)
+        model = deep if encoder is None else torch.nn.Sequential(encoder, deep)
     callbacks = early_stopping_callbacks(early_stopping, monitor="val_loss", mode="min")
     accuracy = MulticlassAccuracy(num_classes=n_classes, average="micro")
     f1 = MulticlassF1Score(num_classes=n_classes, average="macro")
@@ -95,9 +106,9 @@ def build(
     def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> Any:
         inputs, target = batch
         logits = model(inputs)
-        loss = F.cross_entropy(logits, target)
         if model.training:
-            return loss
+            return F.cross_entropy(logits, target, label_smoothing=label_smoothing)
+        loss = F.cross_entropy(logits, target)
         for metric in (accuracy, f1):
             if metric.device != logits.device:  # once: metrics start on the CPU
                 metric.to(logits.device)
