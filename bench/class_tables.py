@@ -64,7 +64,7 @@ def quadrant_table(n: int = 5000, seed: int = 0) -> Table:
 
 
 def threshold_table(n: int = 15000, seed: int = 0) -> Table:
-    """Three classes from thresholds on single columns and a text column, a smooth term, 5% noise."""
+    """Three classes from thresholds on single columns and a text column; a smooth term, noise."""
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(n, 10))
     plans = np.array(["basic", "plus", "pro"])

@@ -51,8 +51,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-import beyondfit.cli.run as cli_run  # noqa: E402
 import class_tables  # noqa: E402
+
+import beyondfit.cli.run as cli_run  # noqa: E402
 from beyondfit.data import split  # noqa: E402
 from beyondfit.data.bundled import breast_cancer, diabetes, digits, wine  # noqa: E402
 from beyondfit.data.encoding import ColumnEncoding, FeatureEncoding  # noqa: E402

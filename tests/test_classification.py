@@ -205,6 +205,27 @@ def test_training_imports_no_sklearn_and_the_report_does(tmp_path: Path) -> None
     assert "| logistic regression 0.9" in (tmp_path / "beyondfit.log").read_text()
 
 
+def test_defaults_learn_a_nonlinear_table_beyond_logistic_regression(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Labels from the exclusive-or of two thresholds, flipped by a text column: no linear
+    model's, so logistic regression stays near chance where the defaults must not."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 3))
+    side = rng.choice(["left", "right"], size=500)
+    label = (x[:, 0] > 0.3) ^ (x[:, 1] > -0.2) ^ (side == "right")
+    lines = ["a,b,c,side,label"] + [f"{r[0]:.4f},{r[1]:.4f},{r[2]:.4f},{s},{'yes' if k else 'no'}"
+                                    for r, s, k in zip(x, side, label)]
+    path = tmp_path / "xor.csv"
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level(logging.INFO, logger="beyondfit"):
+        run(config(f"task.data.path={path}", "task.data.target=label", "plots=false"),
+            tmp_path / "run")
+    line = next(x for x in caplog.text.splitlines() if "validation accuracy: model" in x)
+    model, logistic = (float(v) for v in re.findall(r"(?:model|regression) ([01]\.\d{4})", line))
+    assert logistic < 0.7 and model >= 0.9, line
+
+
 @pytest.mark.slow
 def test_default_digits_run_reaches_its_accuracy(tmp_path: Path) -> None:
     result = cli("+task=classification", f"hydra.run.dir={tmp_path}")

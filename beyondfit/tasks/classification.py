@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,6 @@ from beyondfit.data.tables import Table
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.tasks import Task
 from beyondfit.tasks.supervised import (
-    DEFAULT_EARLY_STOPPING,
     auto_hidden,
     early_stopping_callbacks,
     prepare_features,
@@ -38,6 +38,10 @@ from beyondfit.tasks.supervised import (
     table_task,
     write_preprocessing,
 )
+
+#: Early stopping when the task is built without saying (the yaml says the same): more
+#: patience than regression's, since label smoothing makes val_loss settle slower.
+CLASSIFICATION_EARLY_STOPPING: Mapping[str, Any] = MappingProxyType({"patience": 20})
 
 _NEEDS_TORCHMETRICS = (
     "the classification task computes accuracy and F1 with torchmetrics, which is not "
@@ -52,10 +56,10 @@ def build(
     wide: bool = True,
     batch_size: int | str = "auto",
     val_fraction: float = 0.2,
-    early_stopping: Mapping[str, Any] | None = DEFAULT_EARLY_STOPPING,
+    early_stopping: Mapping[str, Any] | None = CLASSIFICATION_EARLY_STOPPING,
     data: Mapping[str, Any] | None = None,
-    bins: int | None = None,
-    label_smoothing: float = 0.0,
+    bins: int | None = 32,
+    label_smoothing: float = 0.1,
 ) -> Task:
     """Build the classification task.
 
