@@ -1,16 +1,19 @@
 """Tables side by side: beyondfit's default regression and classification vs scikit-learn.
 
-    python bench/tabular.py                          # every table, 3 splits (~10 min on 2 cores)
+    python bench/tabular.py                          # every table, 3 splits (~15 min on 2 cores)
     python bench/tabular.py --tables digits wine --splits 1
     python bench/tabular.py --override optimizer.lr=0.003   # try a setting on every table
 
 Tables: smooth nonlinear ones generated with known structure (500-5,000 rows, 4-20 columns),
-and scikit-learn's bundled diabetes, digits, breast cancer and wine. For each of 3 seeded
+scikit-learn's bundled diabetes, digits, breast cancer and wine, and three generated nonlinear
+classification tables with text columns and text labels (1,200-15,000 rows;
+``bench/class_tables.py``: thresholds, interactions, ordinal classes). For each of 3 seeded
 splits, 20% of the rows are held out (stratified for classes) and every model is fit on the
 other 80% and scored on the held-out rows:
 
 - **beyondfit**: ``python -m beyondfit +task=regression|classification`` with nothing but the
-  data file (the 80% saved as an ``.npz``) and the seed, through the command line's own
+  data file (the 80% saved as an ``.npz``, or as a CSV with a ``label`` column where a column
+  or the label is text) and the seed, through the command line's own
   :func:`beyondfit.cli.run.run`. The task splits its 80% again (val_fraction 0.2) and stops
   early on that validation split, restoring the best weights. Its **held-out** score comes
   from rows it never saw; the **val** column is what its report prints, on the split that
@@ -18,6 +21,8 @@ other 80% and scored on the held-out rows:
 - **scikit-learn** defaults: ``MLPRegressor``/``MLPClassifier`` and ``LinearRegression``/
   ``LogisticRegression(max_iter=1000)`` behind a ``StandardScaler`` (as its docs advise for
   these), ``HistGradientBoosting*`` on the raw columns; ``random_state`` = the split seed.
+  Text columns are one-hot encoded for the MLP and the linear model (beyondfit's inputs too)
+  and are native categories for gradient boosting.
 
 Scores: R² (regression) or accuracy (classification) on the held-out rows, the median of the
 splits. Time: the median CPU time of each model's fit as a multiple of scikit-learn's MLP on

@@ -6,7 +6,11 @@ kept and used in the report. Accuracy and macro-F1 are torchmetrics objects, log
 logistic regression on the same split and inputs, and writes ``confusion_matrix.csv`` and
 ``confusion_matrix.png`` (matplotlib optional). The split is stratified: every class keeps its
 share in both parts. Inputs, sizes and early stopping are the regression task's
-(:mod:`beyondfit.tasks.supervised`).
+(:mod:`beyondfit.tasks.supervised`), with three differences that nonlinear tables with
+thresholds need (``bench/tabular.py``'s generated tables): the MLP path reads each numeric
+input also as a piecewise-linear code over its training quantiles
+(:class:`~beyondfit.nets.PiecewiseLinear`), training uses label smoothing, and early
+stopping waits 20 epochs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch.nn.functional as F
 
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
@@ -95,6 +100,10 @@ def build(
 
     widths = auto_hidden(hidden, len(x_train))
     n_in, n_classes = x_train.shape[1], len(classes)
+    check_number("task.bins", bins, integer=True, at_least=2, allow_none=True,
+                 example="task.bins=32 (or task.bins=null)")
+    check_number("task.label_smoothing", label_smoothing, at_least=0.0, at_most=0.9,
+                 example="task.label_smoothing=0.1")
     encoder = None if bins is None else PiecewiseLinear(x_train, int(bins))
     model: torch.nn.Module
     if wide:
