@@ -32,6 +32,7 @@ def test_every_example_has_a_test() -> None:
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
+@pytest.mark.e2e
 def test_port_a_hand_written_loop_runs_as_a_script() -> None:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "port_a_hand_written_loop.py"), "--epochs", "3"],
@@ -96,6 +97,7 @@ def test_custom_pg_loss_learns_through_the_api(capsys: pytest.CaptureFixture[str
     assert "PPO with a KL penalty" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_custom_pg_loss_from_the_command_line(tmp_path: Path) -> None:
     """The command of the example's docstring, as typed, in a copy of examples/."""
     shutil.copy(EXAMPLES / "custom_pg_loss.py", tmp_path)

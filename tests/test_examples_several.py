@@ -218,6 +218,7 @@ def test_sac_pendulum_greedy_return_above_minus_200(seed: int) -> None:
     assert float(found[1]) >= -200.0
 
 
+@pytest.mark.e2e
 def test_sac_bench_compares_both_methods(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     bench = load("sac_pendulum", "bench")

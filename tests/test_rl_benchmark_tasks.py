@@ -60,6 +60,7 @@ def test_shipped_config_trains_with_normalization_and_annealing(task, overrides)
     built.val_data.close()
 
 
+@pytest.mark.e2e
 def test_hopper_cli_saves_the_statistics_and_play_uses_them(tmp_path):
     run_dir = tmp_path / "run"
     done = cli("+task=hopper", "task.total_env_steps=1024", "task.collector.rollout_steps=256",
