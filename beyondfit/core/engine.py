@@ -284,11 +284,11 @@ class Engine(Checkpointable):
             if not resuming:
                 state.evaluated_at = -1
             state.data_exhausted = False
-            feed = self.window.feed
             for batch in batches:
-                stepped = feed(batch)
+                before = state.global_step
+                self.train_step(batch)  # (a subclass or a test may wrap it)
                 state.batch_in_epoch += 1
-                if not stepped:
+                if state.global_step == before:
                     continue
                 self._after_step(val_data, eval_every, max_steps, step_hooks)
                 if self.should_stop:
@@ -367,13 +367,7 @@ class Engine(Checkpointable):
         self.last_val = self.evaluate(val_data)
         for update in self.updates:
             if update.plateau:
-                if update.monitor not in self.last_val:
-                    raise BeyondfitError(
-                        f"ReduceLROnPlateau follows {update.monitor!r}, which the evaluation "
-                        f"did not log (it logged: {', '.join(sorted(self.last_val))}); set "
-                        "the Update's monitor= to one of them"
-                    )
-                update.scheduler.step(self.last_val[update.monitor])
+                update.scheduler.step(update.tracked.read(self.last_val))
         self._emit("on_eval_end", self.last_val)
 
     # ------------------------------------------------------------------ evaluation

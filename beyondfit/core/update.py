@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
 
 LossFn = Callable[[nn.Module, Any], Any]
@@ -92,6 +93,9 @@ class Update:
         self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
         self.monitor = str(monitor)
+        # The value a ReduceLROnPlateau scheduler steps on (it keeps its own best and mode).
+        self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
+                               fix="set the Update's monitor= to one of them")
         self.after_step = tuple(after_step)
         for hook in self.after_step:
             if not callable(hook):
