@@ -13,15 +13,9 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import (
-    Checkpointer,
-    config_changes,
-    resume,
-    resume_candidates,
-    resume_run_dir,
-    step_checkpoints,
-)
+from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import config_changes, step_checkpoints
+from beyondfit.checkpoint.resume import resume_candidates, resume_run_dir
 from beyondfit.core.serialization import CorruptCheckpointError, safe_load
 
 import kit

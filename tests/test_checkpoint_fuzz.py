@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.core.serialization import TRAILER_SIZE, CorruptCheckpointError, safe_load
 
 import kit

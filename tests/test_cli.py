@@ -166,7 +166,7 @@ def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) ->
     """logger=csv: one table whose columns grow as names appear, resumable like metrics.jsonl."""
     import csv
 
-    from beyondfit.observers import CsvFile
+    from beyondfit.observers.files import CsvFile
 
     class FakeEngine:
         epoch, global_step = 0, 4

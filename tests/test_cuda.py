@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Engine, TensorBatches, move_to_device, resolve_device
+from beyondfit import Engine, TensorBatches
+from beyondfit.core.device import move_to_device, resolve_device
 from beyondfit.distributed import DistributedModel, shutdown
 
 from kit import Recorder, mse, sum_data

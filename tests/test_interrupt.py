@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.core.serialization import safe_load
 

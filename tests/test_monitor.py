@@ -53,9 +53,12 @@ def test_every_keeper_of_a_best_holds_a_monitor(tmp_path) -> None:
     keepers = [
         EarlyStopping("val_acc", mode="max").tracked,
         Checkpointer(tmp_path, monitor="val_acc", mode="max").tracked,
-        Update("", lambda m, b: m(b).sum(), torch.optim.SGD(model.parameters(), 0.1),
-               monitor="val_acc").tracked,
     ]
+    opt = torch.optim.SGD(model.parameters(), 0.1)
+    plateau = Update("", lambda m, b: m(b).sum(), opt, monitor="val_acc",
+                     scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(opt))
+    plateau.bind(None)
+    keepers.append(plateau.tracked)
     assert all(isinstance(k, Monitor) and k.metric == "val_acc" for k in keepers)
     with pytest.raises(BeyondfitError, match=r"checkpoint\.mode='avg'; use min or max"):
         Checkpointer(tmp_path, monitor=None, mode="avg")  # wrong even when unused

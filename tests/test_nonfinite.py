@@ -12,9 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from beyondfit import BeyondfitError, Engine
-from beyondfit.checkpoint import Checkpointer
-from beyondfit.observers import MetricsFile
+from beyondfit import BeyondfitError, Checkpointer, Engine, MetricsFile
 
 from kit import make_engine, mlp
 

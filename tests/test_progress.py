@@ -11,8 +11,13 @@ import torch
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.core.console import ConsoleFormatter, ProgressBar, progress_callback, wants_bar
-from beyondfit.observers import ConsoleLogger
+from beyondfit.core.console import (
+    ConsoleFormatter,
+    ConsoleLogger,
+    ProgressBar,
+    progress_callback,
+    wants_bar,
+)
 
 from kit import make_engine
 

@@ -12,10 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Callback, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import Callback, Checkpointer, Engine, MetricsFile, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
-from beyondfit.observers import MetricsFile
 
 from kit import SendSignal, rows
 

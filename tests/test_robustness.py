@@ -19,8 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from beyondfit import BeyondfitError
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Checkpointer, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.cli.rundir import LOCK_FILE, claim_run_dir, os_error_line, release_run_dir
 from beyondfit.core.serialization import nonfinite_entries, safe_load
 

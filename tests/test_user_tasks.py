@@ -22,8 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 USER_MODULE = '''
 import torch
-from beyondfit.data import TensorBatches
-from beyondfit.tasks import Task
+from beyondfit import Task, TensorBatches
 
 
 def build(seed: int = 0, width: int = 8, batch_size: int = 32):

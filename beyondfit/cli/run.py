@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.checkpoint import config_changes, resume
+from beyondfit import MetricsFile, resume
+from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.cli.builders import (
     absolute_paths,
@@ -34,8 +35,7 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
-from beyondfit.distributed import resolve_strategy
-from beyondfit.observers import MetricsFile
+from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 
 log = logging.getLogger("beyondfit")

@@ -1,6 +1,6 @@
 """Early stopping on a logged metric, with the best weights restored at the end.
 
-Keras' ``EarlyStopping(restore_best_weights=True)``, as a :class:`~beyondfit.core.Callback`:
+Keras' ``EarlyStopping(restore_best_weights=True)``, as a :class:`~beyondfit.Callback`:
 after every evaluation it compares the monitored value with the best so far; after
 ``patience`` evaluations without an improvement larger than ``min_delta`` it stops the run,
 and when training ends (stopped or not) it loads the weights of the best evaluation back

@@ -144,13 +144,13 @@ class Engine(Checkpointable):
 
         self.train_metrics = MetricTracker()
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
-        self.train_metrics.reducer = self.strategy.metric_reducer()
+        reducer = self.train_metrics.reducer = self.strategy.metric_reducer()
         self.state = TrainState()  # the counters; all saved in checkpoints
         # The step: micro-batches in, optimizer steps out (core/step.py).
         self.window = Window(updates, self.accumulate, self.forward, self.precision,
                              self.strategy, check, self.train_metrics, self.state, self.device)
         self.evaluation = Evaluation(updates, self.forward, self.precision, self.strategy,
-                                     self.train_metrics, self.device)
+                                     self.train_metrics, reducer, self.device)
         self.val_metrics = self.evaluation.metrics
         self._resumed = False  # the next fit continues a loaded run (its totals count)
         self.should_stop = False
@@ -295,7 +295,7 @@ class Engine(Checkpointable):
                     break
             else:
                 state.data_exhausted = True
-                if self.window.close():  # a window cut short by the end of the data
+                if self.window.micro and self.window.close():  # cut short by the data's end
                     self._after_step(val_data, eval_every, max_steps, step_hooks)
             if self.interrupted:
                 break  # the epoch stays open: resuming continues it mid-way
@@ -367,7 +367,7 @@ class Engine(Checkpointable):
         self.last_val = self.evaluate(val_data)
         for update in self.updates:
             if update.plateau:
-                update.scheduler.step(update.tracked.read(self.last_val))
+                update.scheduler.step(update.tracked.read(self.last_val))  # type: ignore[union-attr]
         self._emit("on_eval_end", self.last_val)
 
     # ------------------------------------------------------------------ evaluation

@@ -25,7 +25,8 @@ class Evaluation:
     """
 
     def __init__(self, updates: Sequence[Update], forward: ForwardPath, precision: Precision,
-                 strategy: Strategy, train_metrics: MetricTracker, device: torch.device) -> None:
+                 strategy: Strategy, train_metrics: MetricTracker, reducer: Any,
+                 device: torch.device) -> None:
         self.updates = updates
         self.forward = forward
         self.precision = precision
@@ -33,7 +34,7 @@ class Evaluation:
         self.train_metrics = train_metrics
         self.metrics = MetricTracker()
         # Under DDP, the values are reduced over all ranks (a collective at compute time).
-        self.metrics.reducer = strategy.metric_reducer()
+        self.metrics.reducer = reducer
         self.device = device
         self.non_blocking = device.type == "cuda"
 

@@ -93,9 +93,9 @@ class Update:
         self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
         self.monitor = str(monitor)
-        # The value a ReduceLROnPlateau scheduler steps on (it keeps its own best and mode).
-        self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
-                               fix="set the Update's monitor= to one of them")
+        # With a ReduceLROnPlateau scheduler (bind): the value it steps on (it keeps its own
+        # best and mode).
+        self.tracked: Monitor | None = None
         self.after_step = tuple(after_step)
         for hook in self.after_step:
             if not callable(hook):
@@ -145,6 +145,9 @@ class Update:
         if not self.params:
             raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
         self.scheduler = _build_scheduler(self._scheduler_arg, self.optimizer)
+        if self.plateau:
+            self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
+                                   fix="set the Update's monitor= to one of them")
 
     @property
     def plateau(self) -> bool:
