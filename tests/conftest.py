@@ -1,9 +1,10 @@
 """Shared test set-up: one CPU thread (tiny models run fastest and most repeatably on one), the
 kit of ``tests/kit.py`` as fixtures, and the line between unit and end-to-end tests.
 
-A test that starts a process (a command line, torchrun, a vector env's workers) is an
-end-to-end test and must say so with ``@pytest.mark.e2e`` (or a module's ``pytestmark``); any
-other test that starts one fails, naming the mark. So the unit tests alone,
+A test that starts a process (a command line, torchrun, a vector env's workers), or runs an
+example or bench script the way its user does, is an end-to-end test and says so with
+``@pytest.mark.e2e`` (or a module's ``pytestmark``); any other test that starts a process
+fails, naming the mark. So the unit tests alone,
 ``python -m pytest -m "not e2e and not slow" -n 2``, never wait for a process.
 """
 

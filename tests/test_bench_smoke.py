@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -109,7 +112,6 @@ def _startup_smoke(only: str) -> dict:
     return results
 
 
-@pytest.mark.e2e
 def test_startup_api_script_reaches_its_first_step():
     _startup_smoke("api")
 
@@ -130,7 +132,6 @@ def test_cartpole_bench_runs_beyondfit_the_raw_loop_and_the_throughput_table():
     assert min(collector, bare, with_critic) > 0
 
 
-@pytest.mark.e2e
 def test_tabular_bench_scores_every_model_on_held_out_rows():
     pytest.importorskip("torchmetrics")
     tabular = _load("tabular")

@@ -13,6 +13,9 @@ from types import ModuleType
 
 import pytest
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -32,7 +35,6 @@ def test_every_example_has_a_test() -> None:
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
 
-@pytest.mark.e2e
 def test_port_a_hand_written_loop_runs_as_a_script() -> None:
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / "port_a_hand_written_loop.py"), "--epochs", "3"],
@@ -97,7 +99,6 @@ def test_custom_pg_loss_learns_through_the_api(capsys: pytest.CaptureFixture[str
     assert "PPO with a KL penalty" in capsys.readouterr().out
 
 
-@pytest.mark.e2e
 def test_custom_pg_loss_from_the_command_line(tmp_path: Path) -> None:
     """The command of the example's docstring, as typed, in a copy of examples/."""
     shutil.copy(EXAMPLES / "custom_pg_loss.py", tmp_path)

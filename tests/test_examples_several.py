@@ -18,6 +18,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (0, 1, 2)
 
@@ -218,7 +221,6 @@ def test_sac_pendulum_greedy_return_above_minus_200(seed: int) -> None:
     assert float(found[1]) >= -200.0
 
 
-@pytest.mark.e2e
 def test_sac_bench_compares_both_methods(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     bench = load("sac_pendulum", "bench")
