@@ -31,8 +31,9 @@ class StartsAProcess(BaseException):
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request: pytest.FixtureRequest,
                                  monkeypatch: pytest.MonkeyPatch):
-    """Refuse processes in tests without the ``e2e`` mark."""
-    if request.node.get_closest_marker("e2e") is not None:
+    """Refuse processes in tests without the ``e2e`` mark (``slow`` runs are never unit runs:
+    they may start processes unmarked)."""
+    if any(request.node.get_closest_marker(m) is not None for m in ("e2e", "slow")):
         yield
         return
     started: list[str] = []

@@ -45,6 +45,7 @@ def test_short_cli_run_beats_pca_prints_both_and_writes_the_png(tmp_path: Path) 
     assert str(png) in result.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_default_cli_run_meets_the_acceptance(tmp_path: Path) -> None:
     result = cli("+task=autoencoder", f"hydra.run.dir={tmp_path}")

@@ -205,6 +205,7 @@ def test_training_imports_no_sklearn_and_the_report_does(tmp_path: Path) -> None
     assert "| logistic regression 0.9" in (tmp_path / "beyondfit.log").read_text()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_default_digits_run_reaches_its_accuracy(tmp_path: Path) -> None:
     result = cli("+task=classification", f"hydra.run.dir={tmp_path}")
@@ -233,6 +234,7 @@ def test_readme_lists_the_classification_commands() -> None:
     assert any("task.data.path=animals.csv task.data.target=species" in c for c in commands)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("command", readme_supervised_commands())
 def test_readme_supervised_command_runs_as_typed(command: str, tmp_path: Path) -> None:

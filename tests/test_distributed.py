@@ -545,6 +545,7 @@ def _check_summed_env_steps(logged: list) -> None:
     # (the run pins algo=a2c and its rollout length, whatever the task's default is)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
     result, logged = _cartpole(tmp_path, "algo=a2c", "task.collector.rollout_steps=16")

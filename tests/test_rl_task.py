@@ -148,6 +148,7 @@ def test_cli_bad_collector_setting_is_one_line_and_exit_2(tmp_path):
     one_line_exit_2(done, "task.collector.epochs=0")
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
     run_dir = tmp_path / "run"

@@ -258,6 +258,7 @@ def test_wandb_login_problem_is_one_clear_error(tmp_path: Path, monkeypatch, tra
 
 
 # ---------------------------------------------------------------------- both, under torchrun
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torchrun_tracks_once_from_rank_0_and_resume_continues_the_tracked_runs(
     tmp_path: Path, tracking
