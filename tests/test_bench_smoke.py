@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 

@@ -3,7 +3,6 @@ repository: scaffold, train, test, sweep, compare, resume; a loss and an env of 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -12,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from kit import rows
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,10 +41,7 @@ def run_as_typed(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=900)
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
+@pytest.mark.e2e
 def test_scaffold_run_test_sweep_compare_resume_as_the_readme_says(tmp_path: Path) -> None:
     walkthrough = section_commands()[0]
     assert len(walkthrough) == 6

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shlex
 import signal
 import subprocess
@@ -26,7 +25,7 @@ import torch
 from beyondfit.checkpoint import step_checkpoints
 from beyondfit.core.serialization import safe_load
 
-from kit import cli
+from kit import cli, rows
 
 # Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
 WRAPPER = """
@@ -99,16 +98,6 @@ def stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, signum:
     proc.send_signal(signum)
 
 
-def comparable(row: dict) -> dict:
-    # Wall-clock figures differ between any two runs; everything else must be identical.
-    return {k: v for k, v in row.items() if not re.search(r"time|per_s|sps|elapsed", k)}
-
-
-def rows(run_dir: Path) -> list[dict]:
-    text = (run_dir / "metrics.jsonl").read_text()
-    return [comparable(json.loads(line)) for line in text.splitlines()]
-
-
 def reference_run(task: str, tmp_path: Path) -> Path:
     """The uninterrupted run, in this process (same code path as the CLI's)."""
     from hydra import compose, initialize_config_dir
@@ -129,7 +118,7 @@ def assert_same_end(run_dir: Path, ref_dir: Path, steps: int, context: str) -> N
     for key, value in expected["model"].items():
         assert torch.equal(got["model"][key], value), f"{key} differs ({context})"
     assert got["counters"] == expected["counters"], context
-    got_rows, expected_rows = rows(run_dir), rows(ref_dir)
+    got_rows, expected_rows = rows(run_dir, timeless=True), rows(ref_dir, timeless=True)
     assert got_rows == expected_rows, context
     train_steps = [r["step"] for r in got_rows if r["kind"] == "train"]
     assert train_steps == list(range(1, steps + 1)), context  # no gap, no duplicate
@@ -173,6 +162,7 @@ def interrupted_runs(task: str, tmp_path: Path, signals: list[int]) -> Path:
     return run_dir
 
 
+@pytest.mark.e2e
 def test_kill9_then_ctrl_c_then_resume_equals_uninterrupted(tmp_path: Path) -> None:
     ref_dir = reference_run("regression", tmp_path)
     run_dir = interrupted_runs("regression", tmp_path, [signal.SIGKILL, signal.SIGINT])
@@ -193,6 +183,7 @@ def test_many_random_kills_then_resume_equals_uninterrupted(tmp_path: Path, task
     assert_same_end(run_dir, ref_dir, TASKS[task][1], f"seed {SEED}, {task}")
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------- user errors, one line each
 def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
     base = ["+task=regression", "train.epochs=1", *QUIET]

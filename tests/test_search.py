@@ -32,6 +32,7 @@ def final(run_dir: Path, name: str) -> float:
     return [r[name] for r in rows if r.get(name) is not None][-1]
 
 
+@pytest.mark.e2e
 def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path) -> None:
     result = search("+search=regression_optuna", "hydra.sweeper.n_trials=3", "train.epochs=3",
                     cwd=tmp_path)  # fmt: skip
@@ -53,6 +54,7 @@ def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path
     assert float(lr.partition("=")[2]) == pytest.approx(results.best_params["optimizer.lr"])
 
 
+@pytest.mark.e2e
 def test_a_diverged_trial_scores_the_worst_value_and_the_search_goes_on(tmp_path: Path) -> None:
     # SGD at lr 1000 (the largest optimizer.lr the config accepts) diverges in a few steps.
     result = search("+task=regression", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
@@ -67,6 +69,7 @@ def test_a_diverged_trial_scores_the_worst_value_and_the_search_goes_on(tmp_path
     assert math.isfinite(results.best_value)
 
 
+@pytest.mark.e2e
 def test_a_search_against_its_objective_stops_at_once_with_one_line(tmp_path: Path) -> None:
     result = search("+search=regression_optuna", "objective.mode=max", cwd=tmp_path)
     assert result.returncode == 2

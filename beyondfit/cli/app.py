@@ -20,8 +20,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
+from beyondfit.checkpoint.resume import resume_run_dir
 from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
 from beyondfit.cli.run import (
     CONF_DIR,
@@ -35,6 +35,7 @@ from beyondfit.cli.run import (
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.strategy import process_strategy
 from beyondfit.distributed import init_process_group, launch_env, shutdown
 
 # Flags with which Hydra prints something instead of running a job.
@@ -300,7 +301,7 @@ def _main() -> None:
         # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
         # (one run directory, one .hydra/, one log) and sends every job to the others.
         init_process_group(env)
-        if env.rank != 0:
+        if not process_strategy().is_main:
             follow_jobs(_follow)
             shutdown()
             return

@@ -11,11 +11,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.checkpoint import CHECKPOINT_DIR, Checkpointer
+from beyondfit import Checkpointer, Task
+from beyondfit.checkpoint import CHECKPOINT_DIR
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.observers import CsvFile
-from beyondfit.tasks import Task
+from beyondfit.observers.files import CsvFile
 
 log = logging.getLogger("beyondfit")
 
@@ -71,7 +71,7 @@ def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Ta
         raise BeyondfitError(
             f"task._target_={target!r} returned {type(task).__name__}, not a beyondfit Task: "
             "end the builder with return Task(model=..., loss_fn=..., train_data=...) "
-            "(from beyondfit.tasks import Task)"
+            "(from beyondfit import Task)"
         )
     task.check(f"task._target_={target!r} returned a Task whose")
     return task

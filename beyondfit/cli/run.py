@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.checkpoint import config_changes, resume
+from beyondfit import MetricsFile, resume
+from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.cli.builders import (
     absolute_paths,
@@ -32,9 +33,9 @@ from beyondfit.cli.schema import check_config  # also registers the schema confi
 from beyondfit.core.callbacks import Callback, StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
-from beyondfit.distributed import resolve_strategy
-from beyondfit.observers import MetricsFile
+from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 
 log = logging.getLogger("beyondfit")
@@ -186,9 +187,6 @@ def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
     )
 
 
-_MODES = ("min", "max")
-
-
 def objective(cfg: DictConfig, history: list[dict[str, float]]) -> float:
     """The value a hyperparameter search optimizes: the run's last ``objective.metric``.
 
@@ -198,22 +196,20 @@ def objective(cfg: DictConfig, history: list[dict[str, float]]) -> float:
     ``-inf`` to maximize (see :func:`worst_objective`), so that a search learns to avoid
     its settings instead of stopping.
     """
-    metric, mode = objective_settings(cfg)
-    for row in reversed(history):
-        value = row.get(metric)
-        if value is not None:
-            value = float(value)
-            if math.isfinite(value):
-                return value
-            log.warning("objective %s=%s is not finite: scored as %s", metric, value,
-                        worst_objective(mode))
-            return worst_objective(mode)
+    tracked = Monitor(*objective_settings(cfg), owner="objective", key="objective.")
+    value = tracked.last(history)
+    if value is not None and math.isfinite(value):
+        return value
+    if value is not None:
+        log.warning("objective %s=%s is not finite: scored as %s", tracked.metric, value,
+                    tracked.worst)
+        return tracked.worst
     logged = sorted({k for row in history for k in row if k not in ("epoch", "step")})
     log.warning(
         "objective.metric=%s was never logged (logged: %s): scored as %s; set objective.metric",
-        metric, ", ".join(logged) or "nothing", worst_objective(mode),
+        tracked.metric, ", ".join(logged) or "nothing", tracked.worst,
     )
-    return worst_objective(mode)
+    return tracked.worst
 
 
 def objective_settings(cfg: DictConfig) -> tuple[str, str]:
@@ -223,9 +219,7 @@ def objective_settings(cfg: DictConfig) -> tuple[str, str]:
     if unknown:
         raise BeyondfitError(f"unknown objective option(s) {unknown}; known: metric, mode")
     metric = section.get("metric") or "val_loss"
-    mode = str(section.get("mode") or "min")
-    if mode not in _MODES:
-        raise BeyondfitError(f"objective.mode={mode!r}; use min or max")
+    mode = check_mode(str(section.get("mode") or "min"), "objective.")
     return str(metric), mode
 
 
@@ -235,4 +229,4 @@ def worst_objective(mode: str) -> float:
     Optuna records an infinite value as a complete trial that lost (a NaN would be a failed
     trial, which its samplers ignore): TPE then steers away from the settings that diverged.
     """
-    return math.inf if mode == "min" else -math.inf
+    return worst_value(mode)

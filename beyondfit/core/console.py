@@ -3,7 +3,7 @@
 :func:`progress_callback` picks one of the two. In a terminal it is a :class:`ProgressBar`
 (tqdm): optimizer steps, steps/s, the loss and a few key metrics, redrawn at most every
 ``refresh`` seconds. When stdout is not a terminal (CI, a file, a Hydra multirun) it is a
-plain :class:`~beyondfit.observers.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
+plain :class:`~beyondfit.core.console.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
 ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Both read the numbers the engine
 already synchronised for ``on_log``/``on_eval_end``: neither ever waits on the device.
 """

@@ -43,10 +43,11 @@ class TrainState:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; counters a older checkpoint lacks keep their default."""
+        """Restore :meth:`state_dict` in place; counters an older checkpoint lacks take their
+        default."""
         for field in fields(self):
-            if field.name in state:
-                setattr(self, field.name, type(field.default)(state[field.name]))
+            value = state.get(field.name, field.default)
+            setattr(self, field.name, type(field.default)(value))
 
 
 class Counter:
@@ -100,8 +101,7 @@ class Checkpointable:
             update.load_state_dict(saved[update.name], source)
         if "scaler" in state:
             self.precision.load_state_dict(state["scaler"])
-        self.state = TrainState()
-        self.state.load_state_dict(state["counters"])
+        self.state.load_state_dict(state["counters"])  # in place: the window holds it
         self.last_val = dict(state.get("last_val", {}))
         self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
@@ -116,9 +116,7 @@ class Checkpointable:
         if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
             self.train_data.load_state_dict(self._pending_data_state)
             self._pending_data_state = None
-        self._micro = 0
-        for update in self.updates:
-            update.window_applied, update.window_synced = 0, False
+        self.window.reset()
         self._resumed = True
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from beyondfit import Task, TensorBatches
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.data import TensorBatches, split
+from beyondfit.data import split
 from beyondfit.data.bundled import digits
 from beyondfit.nets import mlp
-from beyondfit.tasks import Task
 
 ARCHS = ("mlp", "conv")
 #: Validation rows per evaluation batch (bounds memory on large user files).

@@ -25,13 +25,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from beyondfit import Task
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table
+<<<<<<< HEAD
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.tasks import Task
+=======
+from beyondfit.nets import WideAndDeep, mlp
+>>>>>>> issue20
 from beyondfit.tasks.supervised import (
     auto_hidden,
     early_stopping_callbacks,
@@ -75,7 +80,7 @@ def build(
         wide: add a linear path (multinomial logistic regression) beside the MLP.
         batch_size: training rows per step, or ``"auto"`` (by training rows).
         val_fraction: share of each class held out for validation.
-        early_stopping: :class:`~beyondfit.core.EarlyStopping` options (monitor ``val_loss``
+        early_stopping: :class:`~beyondfit.EarlyStopping` options (monitor ``val_loss``
             unless given), or ``None`` to train every epoch.
         data: ``{"path": file.csv|file.npz, "target": COLUMN, "missing": impute|refuse}``;
             default: scikit-learn's 8x8 digits.

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
@@ -31,7 +32,6 @@ from beyondfit.rl.losses import LossFn
 from beyondfit.rl.normalization import normalizer_options
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.schedules import env_step_schedules
-from beyondfit.tasks import Task
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
