@@ -31,12 +31,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table
-<<<<<<< HEAD
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
-from beyondfit.tasks import Task
-=======
-from beyondfit.nets import WideAndDeep, mlp
->>>>>>> issue20
 from beyondfit.tasks.supervised import (
     auto_hidden,
     early_stopping_callbacks,
