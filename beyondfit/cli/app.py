@@ -23,6 +23,7 @@ from omegaconf import DictConfig
 from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
 from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
+from beyondfit.cli.result import read_result
 from beyondfit.cli.run import (
     CONF_DIR,
     available,
@@ -158,7 +159,7 @@ def _app(cfg: DictConfig) -> float | None:
         if exc.checkpoint is not None:
             print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    return objective(cfg, history) if search else None
+    return objective(cfg, history, read_result(run_dir)) if search else None
 
 
 def searching() -> bool:

@@ -27,6 +27,7 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
+from beyondfit.cli.result import final_record, result_line, result_value, write_result
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
 from beyondfit.core.callbacks import Callback, StopRule
@@ -124,10 +125,15 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
             )
         if engine.stopped_by:
             log.info("stopped early: %s", engine.stopped_by)
-        if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
-            for line in task.finish(engine, run_dir) or []:
-                log.info("%s", line)
-        elif not strategy.is_main:
+        record: dict[str, Any] | None = None
+        if strategy.is_main:
+            if task.finish is not None:  # it may save artifacts: rank 0's job
+                for line in task.finish(engine, run_dir) or []:
+                    log.info("%s", line)
+            # What the run ended with, last: its presence says every other file is written.
+            record = final_record(engine, callbacks, objective_settings(cfg))
+            log.info("%s", result_line(record, write_result(run_dir, record)))
+        else:
             for data in (task.train_data, task.val_data):  # e.g. this rank's environments
                 close = getattr(data, "close", None)
                 if callable(close):
@@ -138,7 +144,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
         end_trackers(callbacks, status)
         raise
     # After the task's finish: the trackers send the files it wrote (policy.pt) too.
-    end_trackers(callbacks, "finished")
+    end_trackers(callbacks, "finished", record)
     log.info(
         "done in %.1fs: %d optimizer steps; metrics in %s",
         time.perf_counter() - started,
@@ -189,30 +195,41 @@ def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
 _MODES = ("min", "max")
 
 
-def objective(cfg: DictConfig, history: list[dict[str, float]]) -> float:
-    """The value a hyperparameter search optimizes: the run's last ``objective.metric``.
+def objective(
+    cfg: DictConfig, history: list[dict[str, float]], record: Mapping[str, Any] | None = None
+) -> float:
+    """The value a hyperparameter search optimizes: ``objective.metric`` of the run's result.
 
-    ``objective: {metric: val_loss, mode: min}`` by default; the RL task configs set
-    ``val_return`` and ``max`` (the final greedy evaluation). A run whose metric is NaN or
-    infinite, or was never logged, scores the worst value, ``+inf`` to minimize and
-    ``-inf`` to maximize (see :func:`worst_objective`), so that a search learns to avoid
-    its settings instead of stopping.
+    ``record`` is the run's final record (``result.json``, :mod:`beyondfit.cli.result`): the
+    restored model's validation values with early stopping, the confirming evaluation of an
+    RL run. A metric it lacks (a training value such as ``loss``) is the last one logged in
+    ``history``. ``objective: {metric: val_loss, mode: min}`` by default; the RL task configs
+    set ``val_return`` and ``max``. A run whose metric is NaN or infinite, or was never
+    logged, scores the worst value, ``+inf`` to minimize and ``-inf`` to maximize (see
+    :func:`worst_objective`), so that a search learns to avoid its settings instead of
+    stopping.
     """
     metric, mode = objective_settings(cfg)
+    final = (record or {}).get("values") or {}
+    if metric in final:  # null in the file: a NaN or infinite value
+        return _finite_objective(metric, result_value(record, metric), mode)
     for row in reversed(history):
         value = row.get(metric)
         if value is not None:
-            value = float(value)
-            if math.isfinite(value):
-                return value
-            log.warning("objective %s=%s is not finite: scored as %s", metric, value,
-                        worst_objective(mode))
-            return worst_objective(mode)
+            return _finite_objective(metric, float(value), mode)
     logged = sorted({k for row in history for k in row if k not in ("epoch", "step")})
     log.warning(
         "objective.metric=%s was never logged (logged: %s): scored as %s; set objective.metric",
         metric, ", ".join(logged) or "nothing", worst_objective(mode),
     )
+    return worst_objective(mode)
+
+
+def _finite_objective(metric: str, value: float | None, mode: str) -> float:
+    if value is not None and math.isfinite(value):
+        return value
+    log.warning("objective %s=%s is not finite: scored as %s", metric, value,
+                worst_objective(mode))
     return worst_objective(mode)
 
 
