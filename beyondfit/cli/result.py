@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from beyondfit.checkpoint import resume_run_dir
+
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
 
@@ -96,6 +98,28 @@ def read_result(run_dir: str | Path) -> dict[str, Any] | None:
     if not isinstance(record, dict) or not isinstance(record.get("values"), dict):
         return None
     return record
+
+
+def finished_run(resume: str) -> tuple[Path, dict[str, Any]] | None:
+    """The run directory ``resume=PATH`` continues and its record, if that run finished."""
+    run_dir = resume_run_dir(resume)
+    record = None if run_dir is None else read_result(run_dir)
+    if record is None or record.get("status") != "finished":
+        return None
+    assert run_dir is not None
+    return run_dir, record
+
+
+def already_finished_line(run_dir: Path, record: Mapping[str, Any]) -> str:
+    """What ``resume=RUN_DIR`` of a finished run says: what it ended with, where, how to extend."""
+    values = record.get("values") or {}
+    shown = ", ".join(f"{k} {_number(v)}" for k, v in values.items()) or "no evaluation"
+    return (
+        f"{run_dir} already finished ({record.get('finished')} at step {record.get('step')}: "
+        f"{shown}, {record.get('values_from')}; {run_dir / RESULT_FILE}); nothing was changed. "
+        "To train it further add resume_extend=true and a larger budget (train.epochs= or "
+        "train.max_steps=; RL: train.epochs=2 task.total_env_steps=MORE)"
+    )
 
 
 def result_value(record: Mapping[str, Any] | None, name: str) -> float | None:

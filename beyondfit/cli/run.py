@@ -27,7 +27,15 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
-from beyondfit.cli.result import final_record, result_line, result_value, write_result
+from beyondfit.cli.result import (
+    RESULT_FILE,
+    already_finished_line,
+    final_record,
+    finished_run,
+    result_line,
+    result_value,
+    write_result,
+)
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
 from beyondfit.core.callbacks import Callback, StopRule
@@ -70,6 +78,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     # One live run per directory (the command line took the lock before Hydra wrote there).
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
+        finished = finished_run(str(cfg.resume)) if cfg.get("resume") else None
+        if finished is not None:
+            if not cfg.get("resume_extend"):
+                log.info("%s", already_finished_line(*finished))
+                return []
+            # Extended: no longer finished until it finishes again (a kill meanwhile resumes).
+            if strategy.is_main:
+                (finished[0] / RESULT_FILE).unlink(missing_ok=True)
         return _train(cfg, run_dir, strategy, started)
     finally:
         if claimed:
@@ -158,7 +174,8 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
 _RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = (
-    "resume", "device", "threads", "checkpoint", "progress", "plots", "logger", "objective",
+    "resume", "resume_extend", "device", "threads", "checkpoint", "progress", "plots", "logger",
+    "objective",
 )
 
 

@@ -12,7 +12,8 @@ goes on (the next time the rule fires, a new, disjoint set of episodes confirms 
 
 Seeds: training envs use ``seed .. seed + num_envs - 1``, the in-training evaluations
 ``seed + 10_000 ..``; confirmation ``k`` (from 0) uses
-``seed + 1_000_000 + k * episodes .. + episodes - 1``.
+``seed + 500_000 + k * episodes .. + episodes - 1`` (a second DDP rank trains on
+``seed + 1_000_003 ..``).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("beyondfit")
 
 #: Offset of the confirming episodes' seeds from the run's seed.
-SEED_OFFSET = 1_000_000
+SEED_OFFSET = 500_000
 
 
 class ConfirmingEvaluation(Callback):
