@@ -239,6 +239,11 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
+    elif plots == "auto":  # one line, so that a missing curves.png is no surprise
+        log.warning(
+            'curves.png skipped: matplotlib is not installed; pip install "beyondfit[plots]" '
+            "(or pip install matplotlib), or set plots=false to skip it without this note"
+        )
     return callbacks
 
 
