@@ -32,6 +32,7 @@ def final(run_dir: Path, name: str) -> float:
     return json.loads((run_dir / "result.json").read_text())["values"][name]
 
 
+@pytest.mark.runs("conf/search/regression_optuna.yaml")
 def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path) -> None:
     result = search("+search=regression_optuna", "hydra.sweeper.n_trials=3", "train.epochs=3",
                     cwd=tmp_path)  # fmt: skip
@@ -101,6 +102,7 @@ def compose_search(*overrides: str):
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
+@pytest.mark.runs("conf/search/cartpole_optuna.yaml", "conf/algo/ppo.yaml")
 def test_cartpole_preset_searches_ppos_settings_on_a_tiny_budget(tmp_path: Path) -> None:
     # The README's command, as typed, with two trials of 1,024 env steps each.
     result = search("+search=cartpole_optuna", "hydra.sweeper.n_trials=2",

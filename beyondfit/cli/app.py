@@ -236,7 +236,7 @@ def resume_overrides(args: list[str]) -> list[str]:
 def finished_resume(args: list[str]) -> bool:
     """``resume=RUN_DIR`` of a run that finished, without ``resume_extend=true``: say so (one
     line, exit 0) before Hydra writes anything, so that the run directory stays as it was."""
-    resume, extend = None, False
+    resume, extend, elsewhere = None, False, None
     for arg in args:
         key, sep, value = arg.partition("=")
         key, value = key.lstrip("+"), value.strip().strip("'\"")
@@ -244,11 +244,13 @@ def finished_resume(args: list[str]) -> bool:
             resume = value
         elif sep and key == "resume_extend":
             extend = value.lower() == "true"
+        elif sep and key == "hydra.run.dir":
+            elsewhere = Path(value).expanduser().resolve()
     if resume is None or extend or any(a in _INFO_FLAGS or a.startswith("--cfg") for a in args):
         return False
     finished = finished_run(resume)
-    if finished is None:
-        return False
+    if finished is None or (elsewhere is not None and elsewhere != finished[0]):
+        return False  # not finished, or a branch into a directory of its own
     print(f"beyondfit: {already_finished_line(*finished)}")
     return True
 

@@ -79,7 +79,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
         finished = finished_run(str(cfg.resume)) if cfg.get("resume") else None
-        if finished is not None:
+        if finished is not None and finished[0] == run_dir.resolve():  # not a branch elsewhere
             if not cfg.get("resume_extend"):
                 log.info("%s", already_finished_line(*finished))
                 return []
