@@ -117,3 +117,15 @@ def test_every_declaration_names_a_command_the_readme_has() -> None:
     assert not stale, f"declared but neither a README command nor a preset: {stale}"
     gone = sorted(c for c in NOT_RUNNABLE if c not in commands)
     assert not gone, f"NOT_RUNNABLE lines the README no longer has: {gone}"
+
+
+#: bench/ files the smoke tests cannot run, and why.
+BENCH_NOT_RUNNABLE = {"gpu_check.sh": "needs a GPU (run by hand on one)"}
+
+
+def test_every_bench_script_is_run_by_the_smoke_tests() -> None:
+    smoke = (TESTS / "test_bench_smoke.py").read_text()
+    scripts = sorted(p.name for p in (ROOT / "bench").iterdir()
+                     if p.suffix in (".py", ".sh") and p.name not in BENCH_NOT_RUNNABLE)
+    unrun = [name for name in scripts if f'_load("{Path(name).stem}")' not in smoke]
+    assert not unrun, f"bench scripts tests/test_bench_smoke.py does not run: {unrun}"
