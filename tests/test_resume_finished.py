@@ -61,3 +61,24 @@ def test_a_finished_cartpole_run_extends_only_when_asked(tmp_path: Path) -> None
     assert extended["step"] > first["step"]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert max(r.get("env_steps", 0) for r in rows) == 2048
+
+
+def test_a_kill_after_the_last_checkpoint_of_a_stopped_run_resumes_to_the_same_result(
+    tmp_path: Path,
+) -> None:
+    # Killed after the final checkpoint, before the run wrote its result: a resume trains no
+    # more (the checkpoint recorded the stop) and ends with the same model and values.
+    run_dir = tmp_path / "run"
+    args = ("+task=regression", "task.early_stopping.patience=2", "train.epochs=60",
+            "plots=false")
+    done = cli(*args, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = json.loads((run_dir / "result.json").read_text())
+    rows = (run_dir / "metrics.jsonl").read_bytes()
+    (run_dir / "result.json").unlink()
+    again = cli(*args, f"resume={run_dir}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    second = json.loads((run_dir / "result.json").read_text())
+    assert (second["step"], second["values"], second["finished"]) == (
+        first["step"], first["values"], "stopped early")
+    assert (run_dir / "metrics.jsonl").read_bytes() == rows  # no step trained, no row added

@@ -130,6 +130,8 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     )
     if cfg.get("resume"):
         resume_engine(engine, cfg)
+        if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
+            engine.resumed_stop = None
     try:
         with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
             history = engine.fit(

@@ -74,6 +74,7 @@ class Checkpointable:
             "updates": {u.name: u.state_dict() for u in self.updates},
             "counters": self.state.state_dict(),
             "last_val": dict(self.last_val),
+            "stopped_by": self.stopped_by,  # a stop rule or early stopping ended the run
             "metrics": self.train_metrics.state_dict(),
             "history": [dict(row) for row in self.history],
             "rng": rng_state(),
@@ -103,6 +104,9 @@ class Checkpointable:
         self.state = TrainState()
         self.state.load_state_dict(state["counters"])
         self.last_val = dict(state.get("last_val", {}))
+        stopped = state.get("stopped_by")
+        # The next fit trains no more (see Engine._fit); resume_extend clears it.
+        self.resumed_stop = stopped if isinstance(stopped, str) else None
         self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
         if "rng" in state:
