@@ -153,4 +153,5 @@ def test_the_readmes_loss_and_env_commands_run_and_solve(tmp_path: Path) -> None
     for line in lines:
         done = run_as_typed(line, tmp_path)
         assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
-        assert " solved: confirming evaluation: greedy val_return" in done.stdout + done.stderr, line
+        solved = " solved: confirming evaluation: greedy val_return"
+        assert solved in done.stdout + done.stderr, line
