@@ -121,6 +121,7 @@ def test_readme_table_and_output_commands(tmp_path: Path) -> None:
     assert "Comparison of 2 runs" in out[next(k for k in TABLES if "RUN_A" in k)]
 
 
+@pytest.mark.slow  # a dozen RL runs, MuJoCo's and Box2D's among them: minutes on 2 cores
 @pytest.mark.runs(*REINFORCEMENT, *RL_PRESETS, "conf/algo/reinforce.yaml")
 def test_readme_rl_commands(tmp_path: Path) -> None:
     pytest.importorskip("Box2D")
@@ -142,7 +143,8 @@ def test_readme_sweep_presets(tmp_path: Path) -> None:
     run_all(SWEEPS, tmp_path)
     (sweep,) = (tmp_path / "multirun" / "cartpole").iterdir()
     assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == ["0", "1", "2"]
-    assert "| `cartpole` | 3 |" in (tmp_path / "reports" / "ppo" / "compare.md").read_text()
+    compared = (tmp_path / "reports" / "ppo" / "compare.md").read_text()
+    assert "| `cartpole_ppo_sweep` | 3 |" in compared
     done = cli("-m", "+experiment=regression_lr_sweep", "seed=0", "train.epochs=2",
                "hydra.sweep.dir=lr", cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
