@@ -209,7 +209,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     is installed).
     """
     from beyondfit.core.console import progress_callback
-    from beyondfit.observers.plots import CurvesPlot, has_matplotlib
+    from beyondfit.observers.plots import CurvesPlot, has_matplotlib, skipped_without_matplotlib
 
     train = cfg.train
     epochs = int(train.epochs)
@@ -240,10 +240,8 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
     elif plots == "auto":  # one line, so that a missing curves.png is no surprise
-        log.warning(
-            'curves.png skipped: matplotlib is not installed; pip install "beyondfit[plots]" '
-            "(or pip install matplotlib), or set plots=false to skip it without this note"
-        )
+        skipped_without_matplotlib("curves.png", ", or set plots=false to skip it without "
+                                   "this note")
     return callbacks
 
 

@@ -186,8 +186,6 @@ class Engine(TrainingStep, Checkpointable):
         self.interrupted: str | None = None
         self.history: list[dict[str, float]] = []
         self.last_val: dict[str, float] = {}
-        #: Loaded from a checkpoint saved after the run stopped: the next fit trains no more.
-        self.resumed_stop: str | None = None
         self.train_data: Any = None
         self._pending_data_state: Any = None
 
@@ -280,26 +278,17 @@ class Engine(TrainingStep, Checkpointable):
         self._emit("on_fit_start")
         if max_steps is not None and state.global_step >= max_steps:
             self.should_stop = True
-        # Resumed from a checkpoint saved after a stop (a stop rule, early stopping): no more
-        # training; only the stopped epoch's end, if the checkpoint came before it.
-        stopped, self.resumed_stop = self.resumed_stop, None
-        end_only = stopped is not None and not (
-            self.history and self.history[-1].get("step") == state.global_step)
-        if stopped is not None:
-            self.should_stop, self.stopped_by = not end_only, stopped
+        end_only = self.take_resumed_stop()  # saved after a stop: only its epoch's end left
         one_shot = isinstance(train_data, Iterator)  # a generator: one pass only
         first_epoch = state.epoch
         while (epochs is None or state.epoch < epochs) and (not self.should_stop or end_only):
-            self.should_stop = self.should_stop or end_only
             resuming = state.batch_in_epoch > 0
             if not resuming:
                 self.train_metrics.reset()
             self._emit("on_epoch_start")
             self.strategy.set_epoch(train_data, state.epoch)  # distributed samplers reshuffle
             batches: Iterable[Any] = train_data
-            if end_only:
-                batches = ()
-            elif resuming and state.data_exhausted:
+            if end_only or (resuming and state.data_exhausted):
                 # Saved after the data ran out (in the final partial window's step): the
                 # data source is already at its next pass; only the epoch's end remains.
                 batches = ()

@@ -91,6 +91,20 @@ class Checkpointable:
         }
         return state
 
+    #: The stop a loaded checkpoint recorded (``stopped_by``), until the next fit takes it.
+    resumed_stop: str | None = None
+
+    def take_resumed_stop(self) -> bool:
+        """At the start of a fit: a checkpoint saved after a stop (a stop rule, early stopping)
+        trains no more. Sets ``should_stop``/``stopped_by``; True when the stopped epoch's end
+        is still to be logged (the checkpoint came before it)."""
+        stopped, self.resumed_stop = self.resumed_stop, None
+        if stopped is None:
+            return False
+        end_only = not (self.history and self.history[-1].get("step") == self.state.global_step)
+        self.should_stop, self.stopped_by = True, stopped
+        return end_only
+
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
         """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
         # Everything is checked before anything is loaded: a mismatch changes nothing.
