@@ -58,5 +58,7 @@ def assert_one_clear_line(result: dict, expected: str, context: str = "") -> Non
     assert "Traceback" not in stderr + result["stdout"], where
     assert 1 <= len(lines) <= 2, where
     assert all(len(line) <= 320 for line in lines), where
-    assert lines[0].startswith("beyondfit: error: "), where
+    # The error line; a warning before it is on stderr too (diagnostics never go to stdout).
+    assert lines[0].startswith(("beyondfit: error: ", "WARNING: ")), where
+    assert lines[-1].startswith("beyondfit: error: "), where
     assert expected in stderr, where
