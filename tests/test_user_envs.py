@@ -76,7 +76,11 @@ def test_a_users_env_and_wrappers_train_from_the_command_line_and_play(tmp_path:
         {"_target_": "gymnasium.wrappers.common.TimeLimit", "max_episode_steps": 20},
         {"_target_": "myenvs.ScaleReward", "factor": 2.0},
     ]
-    played = cli("run", "--episodes", "2", module="beyondfit.play", cwd=tmp_path)
+    # A policy file imports nothing it names without the user's consent.
+    refused = cli("run", "--episodes", "2", module="beyondfit.play", cwd=tmp_path)
+    assert refused.returncode == 2 and "--allow-import myenvs" in refused.stderr
+    played = cli("run", "--episodes", "2", "--allow-import", "myenvs", module="beyondfit.play",
+                 cwd=tmp_path)
     assert played.returncode == 0, played.stderr
     assert "mean return" in played.stdout
 

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
-from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
+from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
 from beyondfit.cli.result import already_finished_line, finished_run, read_result
 from beyondfit.cli.run import (
     CONF_DIR,
@@ -148,12 +148,16 @@ def _app(cfg: DictConfig) -> float | None:
         history = run(cfg, run_dir)
     except BeyondfitError as exc:
         if not search:
+            if job_failed(str(exc)):  # a grid sweep: this job fails alone, the sweep goes on
+                return None
             fail(str(exc))
         # A trial that diverged or whose sampled settings do not work: the search goes on.
         print(f"beyondfit: trial failed, scored {worst_objective(mode)}: {exc}", file=sys.stderr)
         return worst_objective(mode)
     except OSError as exc:  # a full disk, a read-only or blocked path: name it, no traceback
-        fail(os_error_line(exc))
+        if not job_failed(os_error_line(exc)):
+            fail(os_error_line(exc))
+        return None
     except TrainingInterrupted as exc:
         print(f"beyondfit: {exc}", file=sys.stderr)
         if exc.checkpoint is not None:
@@ -334,6 +338,7 @@ def _main() -> None:
         raise
     end_jobs()  # no more jobs: the other ranks return (no-op in one process)
     shutdown()
+    end_sweep()  # a sweep with failed jobs lists them and exits non-zero
 
 
 def run_hydra(app: Callable[[], None]) -> None:

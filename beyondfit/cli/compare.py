@@ -90,19 +90,35 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
 
 
 def _launch_info(run_dir: Path) -> tuple[list[str], Any]:
-    """The run's overrides and seed, from the ``.hydra/`` folder Hydra writes (if any)."""
+    """The run's overrides and seed, from the ``.hydra/`` folder Hydra writes (if any).
+
+    Read as plain YAML, never resolved: a run directory is data, and resolving its config would
+    run its resolvers (``${oc.env:SECRET}`` into the report) or recurse without end.
+    """
     hydra_dir = run_dir / ".hydra"
     if not hydra_dir.is_dir():
         return [], None
-    from omegaconf import OmegaConf
+    overrides = _read_yaml(hydra_dir / "overrides.yaml")
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        overrides = []
+    config = _read_yaml(hydra_dir / "config.yaml")
+    seed = config.get("seed") if isinstance(config, dict) else None
+    return overrides, seed if isinstance(seed, int) and not isinstance(seed, bool) else None
 
-    overrides: list[str] = []
-    seed = None
-    if (hydra_dir / "overrides.yaml").is_file():
-        overrides = [str(o) for o in OmegaConf.load(hydra_dir / "overrides.yaml")]
-    if (hydra_dir / "config.yaml").is_file():
-        seed = OmegaConf.load(hydra_dir / "config.yaml").get("seed")
-    return overrides, seed
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's plain content, or ``None`` (with a warning) when it cannot be read."""
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeError, yaml.YAMLError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"beyondfit: warning: {path} was ignored, it cannot be read ({reason})",
+              file=sys.stderr)
+        return None
 
 
 def _override_key(override: str) -> str:

@@ -1,13 +1,18 @@
-"""One config, one run directory under torchrun: rank 0 composes, the others follow."""
+"""The jobs of a launch: under torchrun one config and one run directory, which rank 0
+composes and the others follow; in a multirun sweep, each job failing alone."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import torch.distributed as dist
 
 from beyondfit.distributed.launch import world_size
+
+#: The jobs of this multirun sweep that failed: "job N (OVERRIDES): LINE".
+FAILED_JOBS: list[str] = []
 
 
 def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
@@ -47,3 +52,27 @@ def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
             return done
         run_job(OmegaConf.create(job["cfg"]), job["run_dir"])
         done += 1
+
+
+def job_failed(message: str) -> bool:
+    """In a grid multirun sweep (one process), record a failed job and print its one line;
+    True when the sweep should go on with its next job. False for a single run, where the
+    caller exits at once, and under torchrun, where every rank must stop together."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN or world_size() > 1:
+        return False
+    job = f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)})"
+    FAILED_JOBS.append(f"{job}: {message}")
+    print(f"beyondfit: error: {job} failed: {message}", file=sys.stderr)
+    return True
+
+
+def end_sweep() -> None:
+    """After a multirun: if jobs failed, list them on stderr and exit with status 2."""
+    if FAILED_JOBS:
+        print(f"beyondfit: error: {len(FAILED_JOBS)} job(s) of the sweep failed (the others "
+              "ran): " + "; ".join(FAILED_JOBS), file=sys.stderr)
+        sys.exit(2)

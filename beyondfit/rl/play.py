@@ -5,6 +5,10 @@ env id and architecture, also written to ``policy.json``), runs greedy episodes 
 returns. ``--video DIR`` records them with Gymnasium's ``RecordVideo`` (``rgb_array`` frames,
 written by moviepy, so ``pip install moviepy`` first, plus whatever the env needs to render,
 e.g. pygame for the classic-control envs).
+
+A policy file is data, not code: play imports nothing it names (a ``module:EnvId`` env, a
+wrapper of one's own) unless ``--allow-import MODULE`` says so, and rebuilds Gymnasium's
+wrappers from literal options without ``hydra.utils.instantiate``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,14 +24,22 @@ import numpy as np
 import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.serialization import mismatched_keys, nonfinite_entries, safe_load
 from beyondfit.rl.envs import action_converter, env_spec, missing_dependency
 from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.policy_file import check_policy, wrapper_factory
 
 
-def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
-    """Rebuild the policy saved in a run directory (or from its ``policy.pt``)."""
+def load_policy(
+    path: str | Path, allow_import: Iterable[str] = ()
+) -> tuple[ActorCritic, dict]:
+    """Rebuild the policy saved in a run directory (or from its ``policy.pt``).
+
+    The file is data: its description is checked (:mod:`beyondfit.rl.policy_file`) and the
+    network's shapes are compared with its weights on the meta device before anything real is
+    built; modules it names are imported only when ``allow_import`` names them.
+    """
     path = Path(path)
     weights = path / "policy.pt" if path.is_dir() else path
     if not weights.is_file():
@@ -35,58 +48,92 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
             "(e.g. python -m beyondfit +task=cartpole) writes into its run directory"
         )
     state = safe_load(weights)
-    meta = state.get("policy")
-    if not isinstance(meta, dict):
-        raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
-                             "by an RL task (python -m beyondfit +task=cartpole writes one)")
-    env = make_env(meta)
-    normalizer = None
-    if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
-        obs_size = int(np.prod(env.observation_space.shape))
-        normalizer = Normalizer(obs_size, **meta["normalizer"])
-    policy = ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
-                         activation=meta["activation"], log_std_init=meta["log_std_init"],
-                         value_head=meta.get("critic", True), normalizer=normalizer)
-    env.close()
+    source = repr(str(weights))
+    meta = check_policy(state.get("policy"), source, allow_import)
+    env = make_env(meta, allow_import)
+    try:
+        with torch.device("meta"):  # sizes from the file: check them against the weights first
+            probe = build_policy(meta, env)
+        problems = mismatched_keys(probe.state_dict(), state["model"])
+        problems += [f"{k} is not a tensor" for k, v in state["model"].items()
+                     if not isinstance(v, torch.Tensor)]
+        if problems:
+            raise BeyondfitError(f"{source} was refused: its weights do not fit its policy entry "
+                                 f"({'; '.join(problems[:4])})")
+        bad = nonfinite_entries(state["model"].items())
+        if bad:
+            raise BeyondfitError(f"{source} was refused: non-finite weights in {', '.join(bad)}")
+        policy = build_policy(meta, env)
+    finally:
+        env.close()
     policy.load_state_dict(state["model"])
     return policy.eval(), meta
 
 
-def make_env(meta: dict, **kwargs: object) -> gym.Env:
-    """The env a policy was trained on, with the wrappers it was trained with."""
-    spec = env_spec(meta["env"])
-    try:
-        env = gym.make(spec, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
-        raise missing_dependency(spec, exc) from None
-    except Exception as exc:
-        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
+def build_policy(meta: dict, env: gym.Env) -> ActorCritic:
+    """The network a checked policy entry describes, for ``env``'s spaces (weights untrained)."""
+    normalizer = None
+    if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
+        obs_size = int(np.prod(env.observation_space.shape))
+        normalizer = Normalizer(obs_size, **meta["normalizer"])
+    return ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
+                       activation=meta["activation"], log_std_init=meta["log_std_init"],
+                       value_head=meta.get("critic", True), normalizer=normalizer)
+
+
+def make_env(meta: dict, allow_import: Iterable[str] = (), **kwargs: object) -> gym.Env:
+    """The env a policy was trained on, with the wrappers it was trained with.
+
+    ``meta`` must have passed :func:`~beyondfit.rl.policy_file.check_policy`: a ``module:``
+    env and wrappers of one's own are imported only when ``allow_import`` names their module.
+    """
+    meta = check_policy(meta, "the policy entry", allow_import)  # cheap; imports nothing
     wrappers = meta.get("wrappers", [])
     if wrappers is None:
         raise BeyondfitError(
             "the policy was trained with env wrappers that were not saved as config entries "
             "({_target_: CLASS, ...}), so play cannot rebuild its env"
         )
-    if wrappers:
-        from hydra.utils import instantiate
-
-        for entry in wrappers:
-            env = instantiate(entry, _partial_=True)(env)
+    factories = [wrapper_factory(entry, f"wrappers[{i}]", "the policy file", allow_import)
+                 for i, entry in enumerate(wrappers)]
+    spec = env_spec(meta["env"])
+    try:
+        env = gym.make(spec, **kwargs)
+        for factory in factories:
+            env = factory(env)
+    except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
+        raise missing_dependency(spec, exc) from None
+    except Exception as exc:
+        raise BeyondfitError(f"cannot create env {meta['env']!r}: {exc}") from None
     return env
 
 
 def play(
-    path: str | Path, episodes: int = 5, video: str | Path | None = None, seed: int = 0
+    path: str | Path,
+    episodes: int = 5,
+    video: str | Path | None = None,
+    seed: int = 0,
+    allow_import: Iterable[str] = (),
 ) -> list[float]:
-    """Run greedy episodes with the saved policy; return their returns."""
-    policy, meta = load_policy(path)
+    """Run greedy episodes with the saved policy; return their returns.
+
+    ``allow_import``: modules the policy file may import (its ``module:EnvId`` env, its own
+    wrappers), by the user's consent; by default nothing it names is imported.
+    """
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes <= 0:
+        raise BeyondfitError(f"--episodes {episodes!r}: play needs a positive number of "
+                             "episodes, e.g. --episodes 5")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise BeyondfitError(f"--seed {seed!r}: give a non-negative integer, e.g. --seed 0")
+    policy, meta = load_policy(path, allow_import)
     if video is not None and importlib.util.find_spec("moviepy") is None:
         raise BeyondfitError(
             'recording a video needs moviepy: pip install -e ".[video]" (or pip install '
             "moviepy), or run without --video"
         )
     # Only when recording: an env of one's own need not take a render_mode argument.
-    env = make_env(meta, **({"render_mode": "rgb_array"} if video is not None else {}))
+    render = {"render_mode": "rgb_array"} if video is not None else {}
+    env = make_env(meta, allow_import, **render)
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))
@@ -118,9 +165,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--episodes", type=int, default=5, help="greedy episodes to run")
     parser.add_argument("--video", default=None, metavar="DIR", help="record videos into DIR")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first episode")
+    parser.add_argument(
+        "--allow-import", action="append", default=[], metavar="MODULE",
+        help="let the policy file import MODULE (its module:EnvId env, its own wrappers); "
+             "only for files you trust: importing a module runs its code")
     args = parser.parse_args(argv)
     try:
-        returns = play(args.path, args.episodes, args.video, args.seed)
+        returns = play(args.path, args.episodes, args.video, args.seed, args.allow_import)
     except BeyondfitError as exc:
         print(f"beyondfit: error: {exc}", file=sys.stderr)
         sys.exit(2)

@@ -1,0 +1,201 @@
+"""A policy file (``policy.pt``, ``policy.json``) read as data, never as code.
+
+A file someone sends or downloads can carry a valid checksum and still be forged: the checksum
+is integrity, not authenticity. So what ``python -m beyondfit.play`` reads from it is checked
+as plain data before anything is built: the architecture entry has the types and ranges the
+gym task writes, wrappers are rebuilt from an allowlist (Gymnasium's own wrappers, by name) with
+literal options only, and nothing the file names is imported (a ``module:EnvId`` env, a wrapper
+of one's own) unless the user consents on the command line with ``--allow-import MODULE``.
+Nothing here calls ``hydra.utils.instantiate``: a nested ``_target_`` is refused, not built.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import gymnasium.wrappers
+
+from beyondfit.core.errors import BeyondfitError
+
+#: The architecture keys the gym task writes (policy_gradient.build's ``architecture``).
+KEYS = ("env", "hidden", "activation", "log_std_init", "critic", "wrappers", "normalizer")
+#: ``activation`` values :class:`~beyondfit.rl.policies.ActorCritic` builds.
+ACTIVATIONS = ("relu", "tanh")
+#: :class:`~beyondfit.rl.normalization.Normalizer` options and their checks.
+NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]] = {
+    "observations": (bool, lambda v: True, "true or false"),
+    "rewards": (bool, lambda v: True, "true or false"),
+    "gamma": ((int, float), lambda v: 0 < v <= 1, "a number in (0, 1]"),
+    "clip": ((int, float), lambda v: 0 < v < math.inf, "a positive finite number"),
+    "epsilon": ((int, float), lambda v: 0 < v < math.inf, "a positive finite number"),
+}
+#: Gymnasium wrappers play will not rebuild from a file: RecordVideo writes files where its
+#: options say (play records videos only where ``--video`` says).
+REFUSED_WRAPPERS = frozenset({"RecordVideo"})
+_ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
+_MAX_LAYERS, _MAX_WIDTH = 64, 1 << 20
+
+
+def consented(module: str, allowed: Iterable[str]) -> bool:
+    """Whether ``--allow-import`` names ``module`` or a package above it."""
+    return any(module == m or module.startswith(m + ".") for m in allowed)
+
+
+def gymnasium_wrappers() -> dict[str, type]:
+    """Gymnasium's own env wrappers by every name a file may give them (``gymnasium.wrappers.X``
+    and ``X``'s defining module), minus :data:`REFUSED_WRAPPERS`.
+
+    ``vars()``, not ``getattr``: Gymnasium imports its jax/torch converters lazily on access,
+    and play imports nothing for a file.
+    """
+    found = {}
+    for name in gymnasium.wrappers.__all__:
+        cls = vars(gymnasium.wrappers).get(name)
+        if isinstance(cls, type) and issubclass(cls, gym.Wrapper) and name not in REFUSED_WRAPPERS:
+            found[f"gymnasium.wrappers.{name}"] = cls
+            found[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return found
+
+
+def check_literal(value: Any, where: str, source: str) -> None:
+    """Refuse anything but numbers, strings, booleans, ``None`` and lists of them."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            check_literal(item, f"{where}[{i}]", source)
+        return
+    if isinstance(value, Mapping) and "_target_" in value:
+        what = f"an object to build ({str(value['_target_'])[:80]!r})"
+    else:
+        what = f"a {type(value).__name__}"
+    raise BeyondfitError(
+        f"{source} was refused: {where} is {what}, not plain data (numbers, strings, booleans, "
+        "lists of them); a policy file is data, and play builds nothing it names"
+    )
+
+
+def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[str, Any]:
+    """The architecture entry of a policy file, checked as plain data of the right types; a
+    one-line :class:`BeyondfitError` naming the entry otherwise. Imports nothing."""
+    allowed = tuple(allowed)
+    if not isinstance(meta, Mapping):
+        raise BeyondfitError(f"{source} holds no policy description; it was not written "
+                             "by an RL task (python -m beyondfit +task=cartpole writes one)")
+
+    def bad(key: str, want: str) -> BeyondfitError:
+        shown = repr(meta.get(key))[:80]
+        return BeyondfitError(f"{source} was refused: its policy entry {key}={shown} is not "
+                              f"{want}; the file was not written by beyondfit's RL task")
+
+    unknown = sorted(str(k)[:40] for k in meta if k not in KEYS)
+    if unknown:
+        raise BeyondfitError(f"{source} was refused: unknown policy entries {unknown}; known: "
+                             f"{', '.join(KEYS)}")
+    for key in ("env", "hidden", "activation", "log_std_init"):
+        if key not in meta:
+            raise bad(key, "given (the entry is missing)")
+    for key in KEYS:
+        if key != "wrappers" and key != "normalizer":
+            check_literal(meta.get(key), key, source)
+    env = meta["env"]
+    if not isinstance(env, str) or not _ENV_ID.fullmatch(env):
+        raise bad("env", "a Gymnasium env id such as CartPole-v1")
+    module, _, _ = env.rpartition(":")
+    if module and not consented(module, allowed):
+        raise BeyondfitError(
+            f"{source} names env {env!r}, which imports module {module!r} to register it; play "
+            f"imports nothing a policy file names: add --allow-import {module} if you trust it"
+        )
+    hidden = meta["hidden"]
+    if (not isinstance(hidden, list | tuple) or len(hidden) > _MAX_LAYERS
+            or not all(type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden)):
+        raise bad("hidden", f"a list of at most {_MAX_LAYERS} positive layer sizes")
+    if meta["activation"] not in ACTIVATIONS:
+        raise bad("activation", f"one of {', '.join(ACTIVATIONS)}")
+    log_std = meta["log_std_init"]
+    if isinstance(log_std, bool) or not isinstance(log_std, int | float) or not math.isfinite(
+            log_std):
+        raise bad("log_std_init", "a finite number")
+    if not isinstance(meta.get("critic", True), bool):
+        raise bad("critic", "true or false")
+    normalizer = meta.get("normalizer")
+    if normalizer is not None:
+        if not isinstance(normalizer, Mapping) or set(normalizer) - set(NORMALIZER):
+            raise bad("normalizer", f"null or a mapping of {', '.join(NORMALIZER)}")
+        for key, value in normalizer.items():
+            types, ok, want = NORMALIZER[key]
+            if isinstance(value, bool) is not (types is bool) or not isinstance(value, types) \
+                    or not ok(value):
+                raise BeyondfitError(f"{source} was refused: its policy entry normalizer.{key}="
+                                     f"{value!r} is not {want}")
+    wrappers = meta.get("wrappers", [])
+    if wrappers is not None:  # None: saved as "not rebuildable", which play reports itself
+        if not isinstance(wrappers, list):
+            raise bad("wrappers", "a list of wrapper entries")
+        for i, entry in enumerate(wrappers):
+            wrapper_factory(entry, f"wrappers[{i}]", source, allowed, check_only=True)
+    return dict(meta)
+
+
+def wrapper_factory(
+    entry: Any, where: str, source: str, allowed: Iterable[str] = (), check_only: bool = False
+) -> Callable[[gym.Env], gym.Env]:
+    """``env -> wrapped env`` for one saved wrapper entry ``{"_target_": NAME, **options}``.
+
+    ``NAME`` must be one of Gymnasium's wrappers, or live in a module the user allowed; options
+    must be literals (keys that start with ``_`` are Hydra's instructions, and refused). The
+    class is called with the options itself: nothing goes through ``hydra.utils.instantiate``.
+    With ``check_only``, an allowed module is not imported yet (the result is then unusable).
+    """
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("_target_"), str):
+        raise BeyondfitError(f"{source} was refused: {where} is not a wrapper entry "
+                             "{_target_: WRAPPER_CLASS, OPTION: VALUE}")
+    target = entry["_target_"]
+    # ``_partial_: true`` is how a config writes a wrapper factory: that is what this builds.
+    options = {k: v for k, v in entry.items()
+               if k != "_target_" and not (k == "_partial_" and v is True)}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key.isidentifier() or key.startswith("_"):
+            raise BeyondfitError(f"{source} was refused: {where} has option {str(key)[:40]!r}, "
+                                 "not a plain keyword argument")
+        check_literal(value, f"{where}.{key}", source)
+    cls = gymnasium_wrappers().get(target)
+    if cls is None:
+        module = target.rpartition(".")[0]
+        if not module or not consented(module, allowed) or not re.fullmatch(r"[\w.]+", target):
+            raise BeyondfitError(
+                f"{source} was refused: {where} names {target[:80]!r}, which is not one of "
+                "Gymnasium's wrappers; play imports nothing a policy file names: add "
+                f"--allow-import {module or target} if you trust it"
+            )
+        if check_only:
+            return lambda env: env
+        cls = _import_class(target, where, source)
+    return functools.partial(cls, **options)
+
+
+def _import_class(target: str, where: str, source: str) -> type:
+    # The user consented to this module; what it names must still be a wrapper class.
+    parts = target.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        except Exception as exc:
+            raise BeyondfitError(f"{source}: importing {'.'.join(parts[:cut])!r} for {where} "
+                                 f"raised {type(exc).__name__}: {exc}") from None
+        for name in parts[cut:]:
+            obj = getattr(obj, name, None)
+        if isinstance(obj, type) and issubclass(obj, gym.Wrapper):
+            return obj
+        break
+    raise BeyondfitError(f"{source}: {where} names {target!r}, which is not a gymnasium.Wrapper "
+                         "class importable from where you run play")

@@ -1,0 +1,45 @@
+"""Files from elsewhere are data: a run directory's Hydra config, read for a report by
+``python -m beyondfit.compare``, is never resolved (no resolver runs, nothing recurses)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kit import cli
+
+pytest.importorskip("matplotlib")
+
+
+def run_dir(path: Path, overrides: list[str], config: str) -> Path:
+    """A run directory as the CLI leaves it, with the given Hydra records."""
+    (path / ".hydra").mkdir(parents=True)
+    (path / ".hydra" / "overrides.yaml").write_text("".join(f"- '{o}'\n" for o in overrides))
+    (path / ".hydra" / "config.yaml").write_text(config)
+    rows = [{"kind": "val", "epoch": 1, "step": 5, "val_loss": 0.5}]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_compare_never_resolves_a_run_directorys_config(tmp_path: Path) -> None:
+    run_dir(tmp_path / "sweep" / "0", ["+task=regression", "optimizer.lr=${oc.env:BF_SECRET}"],
+            "seed: ${oc.env:BF_SECRET}\n")
+    run_dir(tmp_path / "sweep" / "1", ["+task=regression", "optimizer.lr=0.1"],
+            "seed: ${seed}\nloop: ${loop}\n")  # recursive interpolations
+    done = cli(str(tmp_path / "sweep"), module="beyondfit.compare",
+               env={**os.environ, "BF_SECRET": "hunter2"})
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    report = (tmp_path / "sweep" / "compare.md").read_text()
+    assert "hunter2" not in report + done.stdout + done.stderr
+    assert "optimizer.lr=${oc.env:BF_SECRET}" in report  # shown as written, not run
+
+
+def test_an_unreadable_hydra_record_is_one_warning(tmp_path: Path) -> None:
+    run_dir(tmp_path / "run", ["+task=regression"], "seed: [unclosed\n")
+    done = cli(str(tmp_path / "run"), module="beyondfit.compare")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.count("\n") == 1 and "config.yaml was ignored" in done.stderr
