@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -90,11 +91,14 @@ class MetricTracker:
         try:
             metric.merge_state(moved)
         except (AttributeError, RuntimeError, ValueError) as exc:
-            raise BeyondfitError(
-                f"metric object {name!r} cannot continue its checkpointed epoch "
-                f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); give it a "
-                "merge_state(state) method (torchmetrics metrics have one)"
-            ) from None
+            # The run goes on (its weights resume exactly); only this epoch's value restarts.
+            logging.getLogger("beyondfit").warning(
+                "metric object %r cannot continue its checkpointed epoch (%s): its value for "
+                "the rest of this epoch counts only the batches after the resume; give it a "
+                "merge_state(state) method (torchmetrics metrics have one)", name,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            return
         if hasattr(metric, "_update_count"):  # torchmetrics counts updates for compute()
             metric._update_count += int(state.get("updates", 0))
 
