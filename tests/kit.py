@@ -106,7 +106,9 @@ def one_line_exit_2(result: subprocess.CompletedProcess[str] | Mapping[str, Any]
     assert "Traceback" not in stderr + stdout, stderr
     assert 1 <= len(shown) <= lines, stderr
     assert all(len(line) <= 400 for line in shown), stderr  # never a dump of a file's bytes
-    assert shown[0].startswith("beyondfit: error: "), stderr
+    # The error line; a warning before it is on stderr too (diagnostics never go to stdout).
+    assert shown[0].startswith(("beyondfit: error: ", "WARNING: ")), stderr
+    assert shown[-1].startswith("beyondfit: error: "), stderr
     for needle in needles:
         assert needle in stderr, (needle, stderr)
     return stderr
@@ -195,3 +197,21 @@ class SendSignal(Callback):
         """Send the signal once the engine has counted step ``at``."""
         if engine.global_step == self.at:
             os.kill(os.getpid(), self.signum)
+
+
+def readme_commands(text: str | None = None) -> list[str]:
+    """Every command line of the README's fenced bash blocks, as typed: comment lines dropped,
+    a trailing ``  # comment`` cut, backslash continuations joined with one space.
+
+    Tests that run one declare it with ``@pytest.mark.runs("the line")`` (or a shipped preset,
+    ``"conf/GROUP/NAME.yaml"``); ``tests/test_commands_covered.py`` checks that every one is.
+    """
+    text = (ROOT / "README.md").read_text() if text is None else text
+    found: list[str] = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = re.sub(r"\s+#\s.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                found.append(" ".join(line.split()))
+    return found

@@ -122,10 +122,15 @@ def test_pca_reconstruction_is_exact_on_low_rank_data_and_improves_with_k() -> N
     assert errors == sorted(errors, reverse=True)
 
 
-def test_png_needs_matplotlib_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_png_needs_matplotlib_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # import now fails
-    line = save_grid(tmp_path / "r.png", [("input", torch.rand(4, 64))], (8, 8))
-    assert "needs matplotlib" in line and "pip install matplotlib" in line
+    with caplog.at_level("WARNING", logger="beyondfit"):
+        line = save_grid(tmp_path / "r.png", [("input", torch.rand(4, 64))], (8, 8))
+    assert line is None  # no report line: one warning instead, on stderr
+    (record,) = caplog.records
+    assert record.getMessage() == ('r.png skipped: matplotlib is not installed; pip install '
+                                   '"beyondfit[plots]" (or pip install matplotlib)')
     assert not (tmp_path / "r.png").exists()
 
 

@@ -547,6 +547,7 @@ def _check_summed_env_steps(logged: list) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.runs("torchrun --standalone --nproc_per_node=2 -m beyondfit +task=cartpole device=cpu")
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
     result, logged = _cartpole(tmp_path, "algo=a2c", "task.collector.rollout_steps=16")
     _check_summed_env_steps(logged)

@@ -199,3 +199,58 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
     assert refused.stderr.startswith("beyondfit: error: checkpoint") and "refused" in refused.stderr
     assert refused.stderr.strip().count("\n") == 0
     assert not (tmp_path / "pwned").exists()
+
+
+# A task of one's own whose closure feeds a torchmetrics object in training and evaluation.
+METERED = '''
+import torch
+from torchmetrics.regression import MeanAbsoluteError
+from beyondfit.data import TensorBatches
+from beyondfit.tasks import Task
+
+
+def build(seed: int = 0) -> Task:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(640, 4, generator=g)
+    y = x.sum(1, keepdim=True) + 0.3 * torch.randn(640, 1, generator=g)
+    model = torch.nn.Linear(4, 1)
+    mae = MeanAbsoluteError()
+
+    def loss_fn(model, batch):
+        inputs, target = batch
+        pred = model(inputs)
+        mae.update(pred.detach(), target)
+        return {"loss": torch.nn.functional.mse_loss(pred, target), "mae": mae}
+
+    return Task(model=model, loss_fn=loss_fn,
+                train_data=TensorBatches(x[:512], y[:512], batch_size=16, seed=seed),
+                val_data=[(x[512:], y[512:])])
+'''
+
+
+def test_kill9_mid_epoch_resumes_a_torchmetrics_objects_rows_byte_for_byte(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("torchmetrics")
+    (tmp_path / "metered.py").write_text(METERED)
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "metered.yaml").write_text(
+        "_target_: metered.build\nseed: ${seed}\n")
+    args = ["--config-dir", str(tmp_path / "conf"), "+task=metered", "train.epochs=2",
+            "checkpoint.every=3", "checkpoint.monitor=null", *QUIET]  # 32 steps an epoch
+    ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
+    proc, _ = launch([*args, f"hydra.run.dir={ref_dir}"], tmp_path, delay=0.0)
+    assert proc.communicate(timeout=600)[0] is None and proc.returncode == 0, proc.stderr.read()
+    rng = random.Random(f"{SEED}-metered")
+    point = rng.randrange(7, 27)  # inside the first epoch, after a checkpoint
+    proc, log = launch([*args, f"hydra.run.dir={run_dir}"], tmp_path)
+    stop_at(proc, log, run_dir, point, signal.SIGKILL, rng, resumed=False)
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    proc, _ = launch([*args, f"resume={run_dir}"], tmp_path, delay=0.0)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    got = (run_dir / "metrics.jsonl").read_bytes()
+    expected = (ref_dir / "metrics.jsonl").read_bytes()
+    assert b'"mae"' in expected and b'"val_mae"' in expected
+    assert got == expected, f"seed {SEED}, kill -9 at step {point}"

@@ -257,8 +257,9 @@ def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path
     weights = tmp_path / "weights.pt"
     results = cli_batch([
         [*REGRESSION, f"hydra.run.dir={run_dir}"],
-        [*REGRESSION, "optimizer=sgd", f"resume={run_dir}"],
-        ["+task=autoencoder", *QUIET, f"resume={run_dir}"],
+        # The run finished: only an extension would load its checkpoint.
+        [*REGRESSION, "optimizer=sgd", f"resume={run_dir}", "resume_extend=true"],
+        ["+task=autoencoder", *QUIET, f"resume={run_dir}", "resume_extend=true"],
         [*REGRESSION, f"resume={notes}", f"hydra.run.dir={tmp_path / 'r1'}"],
         [*REGRESSION, f"resume={noise}", f"hydra.run.dir={tmp_path / 'r2'}"],
         [*REGRESSION, f"resume={weights}", f"hydra.run.dir={tmp_path / 'r3'}"],

@@ -121,6 +121,11 @@ def test_mlflow_records_config_every_row_and_the_plots(tmp_path: Path, tracking)
     assert_every_row_tracked(run_dir, history)
     assert [s for s, _ in history["val_loss"]] == [12, 24, 36]
     assert {5, 10, 12, 15, 36} <= {s for s, _ in history["loss"]}
+    # The run's result (the restored model's values) beside the curves, at the last step.
+    result = json.loads((run_dir / "result.json").read_text())
+    for name in ("val_loss", "val_r2"):
+        final = mlflow_history(env["MLFLOW_TRACKING_URI"], tracked.info.run_id, f"final_{name}")
+        assert final == [(36, pytest.approx(result["values"][name], rel=1e-6))]
 
     from mlflow import MlflowClient
 
@@ -242,6 +247,9 @@ def test_wandb_offline_records_config_every_row_and_the_plots(tmp_path: Path) ->
     media = next(run_dir.glob("wandb/offline-run-*")) / "files" / image_row["plots/curves/path"]
     assert media.read_bytes() == (run_dir / "curves.png").read_bytes()
     assert image_row["step"] == 36
+    result = json.loads((run_dir / "result.json").read_text())
+    for name in ("val_loss", "val_r2"):  # the run's result in its summary
+        assert tracked.summary[f"final_{name}"] == pytest.approx(result["values"][name])
 
 
 def test_wandb_login_problem_is_one_clear_error(tmp_path: Path, monkeypatch, tracking) -> None:

@@ -209,7 +209,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     is installed).
     """
     from beyondfit.core.console import progress_callback
-    from beyondfit.observers.plots import CurvesPlot, has_matplotlib
+    from beyondfit.observers.plots import CurvesPlot, has_matplotlib, skipped_without_matplotlib
 
     train = cfg.train
     epochs = int(train.epochs)
@@ -239,6 +239,9 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
+    elif plots == "auto":  # one line, so that a missing curves.png is no surprise
+        skipped_without_matplotlib("curves.png", ", or set plots=false to skip it without "
+                                   "this note")
     return callbacks
 
 

@@ -153,6 +153,23 @@ class EarlyStopping(Callback):
         engine.last_val = dict(self.best_logs)
         self.restored = True
 
+    def final_report(self, engine: Engine) -> dict[str, Any] | None:
+        """For the run's final record: whose weights the model ends with (``None``: the last)."""
+        if not self.restored:
+            return None
+        whose = (
+            "the starting weights (no evaluation beat them)" if self.best_epoch == 0
+            else f"restored best weights of epoch {self.best_epoch}, step {self.best_step}"
+        )
+        return {
+            "values_from": whose,
+            "early_stopping": {
+                "monitor": self.monitor, "mode": self.mode, "best": self.best,
+                "best_epoch": self.best_epoch, "best_step": self.best_step,
+                "stopped": self.stopped,
+            },
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """Best value, counters and best weights: what a resumed run needs to decide alike."""
         return {

@@ -265,16 +265,17 @@ class Engine(Checkpointable):
         self._emit("on_fit_start")
         if max_steps is not None and state.global_step >= max_steps:
             self.should_stop = True
+        end_only = self.take_resumed_stop()  # saved after a stop: only its epoch's end left
         one_shot = isinstance(train_data, Iterator)  # a generator: one pass only
         first_epoch = state.epoch
-        while (epochs is None or state.epoch < epochs) and not self.should_stop:
+        while (epochs is None or state.epoch < epochs) and (not self.should_stop or end_only):
             resuming = state.batch_in_epoch > 0
             if not resuming:
                 self.train_metrics.reset()
             self._emit("on_epoch_start")
             self.strategy.set_epoch(train_data, state.epoch)  # distributed samplers reshuffle
             batches: Iterable[Any] = train_data
-            if resuming and state.data_exhausted:
+            if end_only or (resuming and state.data_exhausted):
                 # Saved after the data ran out (in the final partial window's step): the
                 # data source is already at its next pass; only the epoch's end remains.
                 batches = ()
@@ -294,7 +295,7 @@ class Engine(Checkpointable):
                 if self.should_stop:
                     break
             else:
-                state.data_exhausted = True
+                state.data_exhausted = state.data_exhausted or not end_only
                 if self.window.micro and self.window.close():  # cut short by the data's end
                     self._after_step(val_data, eval_every, max_steps, step_hooks)
             if self.interrupted:
@@ -314,6 +315,7 @@ class Engine(Checkpointable):
                 state.batch_in_epoch = 0
             self.history.append(logs)
             self._emit("on_epoch_end", logs)
+            end_only = False
         self._emit("on_fit_end", self.history)
         return self.history
 

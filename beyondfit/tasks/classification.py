@@ -32,6 +32,7 @@ from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
+from beyondfit.observers.plots import skipped_without_matplotlib
 from beyondfit.tasks.supervised import (
     auto_hidden,
     early_stopping_callbacks,
@@ -260,8 +261,8 @@ def save_confusion_matrix(run_dir: Path, matrix: np.ndarray, classes: list[str])
     try:
         from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
     except ImportError:
-        return [f"confusion matrix: {table_path} ({png.name} needs matplotlib: "
-                "pip install \"beyondfit[plots]\")"]
+        skipped_without_matplotlib(png.name)
+        return [f"confusion matrix: {table_path}"]
     n = len(classes)
     size = min(12.0, 2.5 + 0.45 * n)
     fig = Figure(figsize=(size, size * 0.9), dpi=100)
