@@ -21,6 +21,7 @@ TESTS = Path(__file__).resolve().parent
 NOT_RUNNABLE = {
     'pip install -e ".[dev]" && python -m pytest -m "not slow" -n 2 --dist loadfile':
         "the test suite itself",
+    'python -m pytest -m "not e2e and not slow" -n 2 --dist loadfile': "the unit tests themselves",
     'pip install -e ".[box2d]"': "installs a package",
     'pip install -e ".[mujoco]"': "installs a package",
     "pip install hydra-submitit-launcher": "installs a package",
@@ -120,7 +121,10 @@ def test_every_declaration_names_a_command_the_readme_has() -> None:
 
 
 #: bench/ files the smoke tests cannot run, and why.
-BENCH_NOT_RUNNABLE = {"gpu_check.sh": "needs a GPU (run by hand on one)"}
+BENCH_NOT_RUNNABLE = {
+    "gpu_check.sh": "needs a GPU (run by hand on one)",
+    "class_tables.py": "not a script: bench/tabular.py's generated tables (run through it)",
+}
 
 
 def test_every_bench_script_is_run_by_the_smoke_tests() -> None:

@@ -25,6 +25,7 @@ def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=600)  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_warnings_are_on_stderr_and_results_on_stdout(tmp_path: Path) -> None:
     run = shlex.join([sys.executable, "-m", "beyondfit", *WARNED])
     # 2>/dev/null: the terminal shows the results and no warning ...
@@ -56,6 +57,7 @@ engine.fit([torch.ones(4, 2)], epochs=1)
 """
 
 
+@pytest.mark.e2e
 def test_a_python_api_script_shows_warnings_on_stderr_too(tmp_path: Path) -> None:
     (tmp_path / "train.py").write_text(SCRIPT)
     done = shell(f"{shlex.quote(sys.executable)} train.py", tmp_path)
@@ -64,6 +66,7 @@ def test_a_python_api_script_shows_warnings_on_stderr_too(tmp_path: Path) -> Non
     assert "a warning" not in done.stdout and "epoch 1/1" in done.stdout
 
 
+@pytest.mark.e2e
 def test_without_matplotlib_the_skipped_plot_says_what_to_install(tmp_path: Path) -> None:
     patch = "import beyondfit.observers.plots as p; p.has_matplotlib = lambda: False"
     (done,) = cli_batch([["+task=regression", "train.epochs=1", "hydra.run.dir=run"]],
@@ -76,6 +79,7 @@ def test_without_matplotlib_the_skipped_plot_says_what_to_install(tmp_path: Path
     assert not (tmp_path / "run" / "curves.png").exists()
 
 
+@pytest.mark.e2e
 def test_the_video_error_names_the_readmes_install_command(tmp_path: Path) -> None:
     if __import__("importlib").util.find_spec("moviepy") is not None:
         pytest.skip("moviepy is installed")
@@ -89,6 +93,7 @@ def test_the_video_error_names_the_readmes_install_command(tmp_path: Path) -> No
     assert 'pip install -e ".[video]"' in (ROOT / "README.md").read_text()
 
 
+@pytest.mark.e2e
 def test_an_mlflow_store_from_the_environment_is_named_as_such(tmp_path: Path) -> None:
     pytest.importorskip("mlflow")
     env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}

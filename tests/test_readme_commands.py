@@ -109,6 +109,7 @@ def write_tables(cwd: Path) -> None:
     (cwd / "animals.csv").write_text("\n".join(rows) + "\n")
 
 
+@pytest.mark.e2e
 @pytest.mark.runs(*TABLES, *TABLE_PRESETS)
 def test_readme_table_and_output_commands(tmp_path: Path) -> None:
     write_tables(tmp_path)
@@ -121,6 +122,7 @@ def test_readme_table_and_output_commands(tmp_path: Path) -> None:
     assert "Comparison of 2 runs" in out[next(k for k in TABLES if "RUN_A" in k)]
 
 
+@pytest.mark.e2e
 @pytest.mark.slow  # a dozen RL runs, MuJoCo's and Box2D's among them: minutes on 2 cores
 @pytest.mark.runs(*REINFORCEMENT, *RL_PRESETS, "conf/algo/reinforce.yaml")
 def test_readme_rl_commands(tmp_path: Path) -> None:
@@ -139,6 +141,7 @@ def test_readme_rl_commands(tmp_path: Path) -> None:
 
 @pytest.mark.runs(*SWEEPS, "conf/experiment/cartpole_ppo_sweep.yaml",
                   "conf/experiment/regression_lr_sweep.yaml")
+@pytest.mark.e2e
 def test_readme_sweep_presets(tmp_path: Path) -> None:
     run_all(SWEEPS, tmp_path)
     (sweep,) = (tmp_path / "multirun" / "cartpole").iterdir()
@@ -151,6 +154,7 @@ def test_readme_sweep_presets(tmp_path: Path) -> None:
     assert len(list((tmp_path / "lr").glob("*/result.json"))) == 2  # two learning rates
 
 
+@pytest.mark.e2e
 @pytest.mark.runs(*RESUME)
 def test_readme_resume_commands(tmp_path: Path) -> None:
     # 30 epochs of 12 steps without early stopping: checkpoints 100, 200, 300 and 360.

@@ -49,6 +49,7 @@ def build(curve: str = "flat", seed: int = 0) -> Task:
 '''
 
 
+@pytest.mark.e2e
 def test_a_ten_run_sweep_with_early_stopping_compares_what_each_run_printed(
     tmp_path: Path,
 ) -> None:
@@ -79,6 +80,7 @@ def test_a_ten_run_sweep_with_early_stopping_compares_what_each_run_printed(
     assert mean == pytest.approx(statistics.fmean(used), abs=5e-5)
 
 
+@pytest.mark.e2e
 def test_an_optuna_search_picks_the_trial_with_the_best_restored_score(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     (tmp_path / "scripted.py").write_text(SCRIPTED)

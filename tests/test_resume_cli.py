@@ -228,6 +228,7 @@ def build(seed: int = 0) -> Task:
 '''
 
 
+@pytest.mark.e2e
 def test_kill9_mid_epoch_resumes_a_torchmetrics_objects_rows_byte_for_byte(
     tmp_path: Path,
 ) -> None:

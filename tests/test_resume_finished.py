@@ -7,6 +7,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from kit import cli
 
 
@@ -19,6 +21,7 @@ def tree_hashes(root: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.e2e
 def test_resume_of_an_early_stopped_run_changes_nothing(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = cli("+task=regression", "task.early_stopping.patience=2", "train.epochs=60",
@@ -39,6 +42,7 @@ def test_resume_of_an_early_stopped_run_changes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "outputs").exists()  # no new run directory either
 
 
+@pytest.mark.e2e
 def test_a_finished_cartpole_run_extends_only_when_asked(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     common = ("+task=cartpole", "task.confirm_episodes=5", "plots=false")
@@ -63,6 +67,7 @@ def test_a_finished_cartpole_run_extends_only_when_asked(tmp_path: Path) -> None
     assert max(r.get("env_steps", 0) for r in rows) == 2048
 
 
+@pytest.mark.e2e
 def test_a_kill_after_the_last_checkpoint_of_a_stopped_run_resumes_to_the_same_result(
     tmp_path: Path,
 ) -> None:

@@ -64,6 +64,7 @@ def test_at_the_end_of_the_budget_the_final_policy_is_confirmed() -> None:
     assert record["finished"] == "ran its budget" and record["solved"] is False
 
 
+@pytest.mark.e2e
 def test_cartpole_reports_its_confirming_evaluation(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     done = cli("+task=cartpole", "task.total_env_steps=2048", "task.confirm_episodes=10",
@@ -86,6 +87,7 @@ def test_cartpole_reports_its_confirming_evaluation(tmp_path: Path) -> None:
                            else "CartPole-v1 not solved")
 
 
+@pytest.mark.e2e
 def test_confirm_episodes_is_checked(tmp_path: Path) -> None:
     done = cli("+task=cartpole", "task.confirm_episodes=-1", f"hydra.run.dir={tmp_path}",
                cwd=tmp_path)

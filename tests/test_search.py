@@ -105,6 +105,7 @@ def compose_search(*overrides: str):
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.runs("conf/search/cartpole_optuna.yaml", "conf/algo/ppo.yaml")
 def test_cartpole_preset_searches_ppos_settings_on_a_tiny_budget(tmp_path: Path) -> None:
     # The README's command, as typed, with two trials of 1,024 env steps each.
