@@ -2,6 +2,10 @@
 
 Hydra composes the config; :func:`beyondfit.cli.run.run` does the rest. Mistakes a user can
 make come out as one line on stderr and exit status 2, never a traceback.
+
+Everything up to the job itself is torch-free: ``--help``, a misspelt task or a bad override
+answer in a fraction of a second, and torch (1-2 s to import) loads only for a run
+(``tests/test_startup.py`` holds this).
 """
 
 from __future__ import annotations
@@ -20,22 +24,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondfit.checkpoint import resume_run_dir
-from beyondfit.checkpoint.interrupt import TrainingInterrupted
-from beyondfit.cli.jobs import end_jobs, follow_jobs, share_job
-from beyondfit.cli.run import (
-    CONF_DIR,
-    available,
-    no_task_message,
-    objective,
-    objective_settings,
-    run,
-    worst_objective,
-)
+from beyondfit.cli.configs import CONF_DIR, available, no_task_message
+from beyondfit.cli.jobs import end_jobs, share_job
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.distributed import init_process_group, launch_env, shutdown
+from beyondfit.distributed.environ import launch_env
 
 # Flags with which Hydra prints something instead of running a job.
 _INFO_FLAGS = (
@@ -133,6 +127,10 @@ def check_choices(args: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: DictConfig) -> float | None:
     """One job; in a search (an optimizing sweeper such as Optuna's), return its objective."""
+    # The job itself: torch loads from here on (the modules above do not import it).
+    from beyondfit.checkpoint.interrupt import TrainingInterrupted
+    from beyondfit.cli.run import objective, objective_settings, run, worst_objective
+
     # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
     cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
     search = searching()
@@ -183,6 +181,8 @@ def check_direction(mode: str) -> None:
 
 def resume_command(checkpoint: Path) -> str:
     """This run's command line with ``resume=`` pointing at its run directory."""
+    from beyondfit.checkpoint import resume_run_dir
+
     target = resume_run_dir(checkpoint) or checkpoint
     args = [
         a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
@@ -223,6 +223,8 @@ def resume_overrides(args: list[str]) -> list[str]:
             value = val.strip().strip("'\"")
     if not value or value == "null":
         return []
+    from beyondfit.checkpoint import resume_run_dir  # a resumed run loads torch anyway
+
     run_dir = resume_run_dir(value)
     if run_dir is None or not run_dir.is_dir():
         return []  # a loose checkpoint file: a fresh run directory, as usual
@@ -234,6 +236,9 @@ def resume_overrides(args: list[str]) -> list[str]:
 
 def _follow(cfg: DictConfig, run_dir: str) -> None:
     """A non-zero torchrun rank: run the job rank 0 composed, in rank 0's run directory."""
+    from beyondfit.checkpoint.interrupt import TrainingInterrupted
+    from beyondfit.cli.run import run
+
     try:
         run(cfg, run_dir)
     except BeyondfitError as exc:
@@ -295,6 +300,9 @@ def _main() -> None:
     if env is not None and env.world_size > 1:
         # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
         # (one run directory, one .hydra/, one log) and sends every job to the others.
+        from beyondfit.cli.jobs import follow_jobs
+        from beyondfit.distributed.launch import init_process_group, shutdown
+
         init_process_group(env)
         if env.rank != 0:
             follow_jobs(_follow)
@@ -308,7 +316,10 @@ def _main() -> None:
             sys.exit(2)
         raise
     end_jobs()  # no more jobs: the other ranks return (no-op in one process)
-    shutdown()
+    if "torch.distributed" in sys.modules:  # never imported: no process group to leave
+        from beyondfit.distributed.launch import shutdown
+
+        shutdown()
 
 
 def run_hydra(app: Callable[[], None]) -> None:

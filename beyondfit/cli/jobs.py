@@ -5,9 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
+from beyondfit.distributed.environ import launch_env
 
-from beyondfit.distributed.launch import world_size
+
+def world_size() -> int:
+    """Processes in this launch (1 outside torchrun), read from the environment: rank 0
+    asks before it runs Hydra, and a one-process run never imports torch.distributed."""
+    env = launch_env()
+    return 1 if env is None else env.world_size
 
 
 def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
@@ -19,6 +24,7 @@ def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
     """
     if world_size() == 1:
         return cfg, run_dir
+    import torch.distributed as dist
     from omegaconf import OmegaConf
 
     container = OmegaConf.to_container(cfg, resolve=True)
@@ -30,12 +36,15 @@ def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
 def end_jobs() -> None:
     """Rank 0 tells the waiting ranks that there are no more jobs."""
     if world_size() > 1:
+        import torch.distributed as dist
+
         dist.broadcast_object_list([None], src=0)
 
 
 def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
     """Non-zero ranks: run each job rank 0 shares, until it says there are none; returns the
     number run. A Hydra multirun under torchrun is a sequence of such jobs."""
+    import torch.distributed as dist
     from omegaconf import OmegaConf
 
     done = 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
+from beyondfit.cli.configs import CONF_DIR, available, no_task_message
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
 from beyondfit.core.callbacks import Callback, StopRule
@@ -39,18 +40,17 @@ from beyondfit.observers.tracking import end_trackers
 
 log = logging.getLogger("beyondfit")
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
-CONF_DIR = PACKAGE_DIR / "conf"  # where the wheel ships it
-if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
-    CONF_DIR = PACKAGE_DIR.parent / "conf"
-
-
-def available(group: str, config_dirs: Sequence[Path] = ()) -> list[str]:
-    """The options of a config group (``task``, ``optimizer``, ...): the shipped configs' and
-    those in the user's ``config_dirs`` (``--config-dir``, ``hydra.searchpath``)."""
-    dirs = [CONF_DIR, *config_dirs]
-    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
-
+# Re-exported: tests and scripts compose configs from here.
+__all__ = [
+    "CONF_DIR",
+    "available",
+    "no_task_message",
+    "objective",
+    "objective_settings",
+    "resume_engine",
+    "run",
+    "worst_objective",
+]
 
 def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     """Train the task ``cfg`` describes, writing metrics and artifacts into ``run_dir``.
@@ -140,9 +140,11 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     # After the task's finish: the trackers send the files it wrote (policy.pt) too.
     end_trackers(callbacks, "finished")
     log.info(
-        "done in %.1fs: %d optimizer steps; metrics in %s",
-        time.perf_counter() - started,
+        "done: %d optimizer steps in %.1fs of training (%.1fs with building the task and the "
+        "reports); metrics in %s",
         engine.global_step,
+        engine.fit_seconds,
+        time.perf_counter() - started,
         run_dir / "metrics.jsonl",
     )
     return history
@@ -174,15 +176,6 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     log.info(
         "resumed from %s: %d epochs done, optimizer step %d",
         path, engine.epoch, engine.global_step,
-    )
-
-
-def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
-    """What to say when no task was picked."""
-    tasks = ", ".join(available("task", config_dirs))
-    return (
-        f"no task given; pick one with +task=NAME (available: {tasks}), "
-        "e.g. python -m beyondfit +task=cartpole; your own: python -m beyondfit.new NAME"
     )
 
 

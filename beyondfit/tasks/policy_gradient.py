@@ -185,7 +185,8 @@ def build(
         wanted = "" if target_return is None else f" (target {target_return:g})"
         return [
             f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
-            f"after {data.env_steps} env steps, {time.perf_counter() - started:.1f}s wall",
+            f"after {data.env_steps} env steps, {engine.fit_seconds:.1f}s of training "
+            f"({time.perf_counter() - started:.1f}s with building the task and evaluations)",
             f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
             f"python -m beyondfit.play {run_dir}",
         ]
