@@ -123,7 +123,9 @@ def _stamp(optimizer, args, kwargs):
 
 
 register_optimizer_step_post_hook(_stamp)
-sys.argv = ["beyondfit", "+task=regression", "train.max_steps=1", "hydra.run.dir=" + RUN_DIR]
+# A fresh run directory per launch (a directory that holds a run is refused).
+run_dir = f"{RUN_DIR}/{time.time_ns()}"
+sys.argv = ["beyondfit", "+task=regression", "train.max_steps=1", "hydra.run.dir=" + run_dir]
 from beyondfit.cli.app import main
 
 main()

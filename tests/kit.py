@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,6 +40,17 @@ def cli(
     )
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=environ)
+
+
+def wait_for_file(path: Path, timeout: float = 120.0) -> bool:
+    """True once ``path`` is a file: the command line draws ``curves.png`` in a separate
+    process after it returns (``CurvesPlot(background=True)``)."""
+    deadline = time.monotonic() + timeout
+    while not Path(path).is_file():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def sum_data(n: int = 128, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

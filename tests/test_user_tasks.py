@@ -17,7 +17,7 @@ from beyondfit.cli.builders import build_task
 from beyondfit.cli.run import available
 from beyondfit.cli.targets import swapped_targets
 
-from kit import cli
+from kit import cli, wait_for_file
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -97,7 +97,7 @@ def test_config_dir_task_runs_with_checkpoints_logs_and_plots(tmp_path: Path) ->
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert any("val_loss" in row for row in rows)
     assert (run / "metrics.csv").is_file() and list((run / "checkpoints").glob("step-*.pt"))
-    assert (run / "curves.png").is_file()
+    assert wait_for_file(run / "curves.png")
 
 
 def test_hydra_searchpath_and_the_console_script_find_the_task_too(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from beyondfit.cli.configs import CONF_DIR, available, no_task_message
+from beyondfit.cli.fastpath import compose_once
 from beyondfit.cli.jobs import end_jobs, share_job
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
@@ -309,7 +310,8 @@ def _main() -> None:
             shutdown()
             return
     try:
-        run_hydra(_app)
+        with compose_once(sys.argv[1:], user_config_dirs(sys.argv[1:])):
+            run_hydra(_app)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) with status 1.
         if exc.code == 1:
