@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.serialization import nonfinite_entries
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -172,10 +173,7 @@ class Checkpointer(Callback):
 
     def _write(self, engine: Engine, path: Path) -> bool:
         # Never save poison: a file with NaN weights would be resumed from, and a resume
-        # picks the newest file. One host sync per checkpoint, not per step. (Imported here:
-        # the command line reads this module's file names before it needs torch.)
-        from beyondfit.core.serialization import nonfinite_entries
-
+        # picks the newest file. One host sync per checkpoint, not per step.
         bad = nonfinite_entries(_weights(engine))
         if bad:
             log.warning(

@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from beyondfit.checkpoint import config_changes, resume
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
+from beyondfit.cli import debug
 from beyondfit.cli.builders import (
     absolute_paths,
     build_checkpointer,
@@ -30,7 +31,7 @@ from beyondfit.cli.builders import (
 from beyondfit.cli.configs import CONF_DIR, available, no_task_message
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
-from beyondfit.core.callbacks import Callback, StopRule
+from beyondfit.core.callbacks import Callback, StopRule, Stopwatch
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
@@ -69,13 +70,20 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     # One live run per directory (the command line took the lock before Hydra wrote there).
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
+        if debug.settings(cfg)["resume_check"]:  # +debug=fast: train, checkpoint, resume, train
+            return debug.with_resume_check(
+                cfg, run_dir, lambda c, steps: _train(c, run_dir, strategy, started, steps)
+            )
         return _train(cfg, run_dir, strategy, started)
     finally:
         if claimed:
             release_run_dir(run_dir)
 
 
-def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> list[dict[str, float]]:
+def _train(
+    cfg: DictConfig, run_dir: Path, strategy: Any, started: float, max_steps: int | None = None
+) -> list[dict[str, float]]:
+    checks = debug.settings(cfg)
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
@@ -83,14 +91,19 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)
     task = build_task(cfg.task)
+    if checks["overfit_batches"]:
+        debug.overfit(task, int(checks["overfit_batches"]))
     # This rank's shard, before the scheduler is told the run's length in steps.
     task.train_data = strategy.shard_train(task.train_data)
     optimizer = build_optimizer(cfg.optimizer)
     train = cfg.train
-    callbacks: list[Callback] = [
-        MetricsFile(run_dir / "metrics.jsonl"),
-        *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
-    ] if strategy.is_main else []
+    stopwatch = Stopwatch()  # first: the training time the summary gives
+    callbacks: list[Callback] = [stopwatch]
+    if strategy.is_main:
+        callbacks += [
+            MetricsFile(run_dir / "metrics.jsonl"),
+            *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
+        ]
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
     callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
@@ -100,7 +113,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     # handler stops the run only once every other on_fit_end has run.
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
-    callbacks += [checkpointer, interrupt]
+    callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
     engine = Engine(
         task.model,
         task.loss_fn,
@@ -114,11 +127,12 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     if cfg.get("resume"):
         resume_engine(engine, cfg)
     try:
-        with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+        # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+        with interrupt, debug.checks(checks):
             history = engine.fit(
                 task.train_data,
                 epochs=int(train.epochs),
-                max_steps=train.get("max_steps"),
+                max_steps=max_steps or train.get("max_steps"),
                 val_data=task.val_data,
                 eval_every=train.get("eval_every") or task.eval_every,
             )
@@ -143,7 +157,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
         "done: %d optimizer steps in %.1fs of training (%.1fs with building the task and the "
         "reports); metrics in %s",
         engine.global_step,
-        engine.fit_seconds,
+        stopwatch.seconds,
         time.perf_counter() - started,
         run_dir / "metrics.jsonl",
     )
@@ -155,6 +169,7 @@ _RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = (
     "resume", "device", "threads", "checkpoint", "progress", "plots", "logger", "objective",
+    "debug",
 )
 
 

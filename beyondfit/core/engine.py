@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -187,9 +186,6 @@ class Engine(TrainingStep, Checkpointable):
         self.interrupted: str | None = None
         self.history: list[dict[str, float]] = []
         self.last_val: dict[str, float] = {}
-        # Seconds spent inside fit() in this process (all calls; not saved in checkpoints):
-        # what the run summaries call training time, apart from start-up and reports.
-        self.fit_seconds = 0.0
         self.train_data: Any = None
         self._pending_data_state: Any = None
 
@@ -265,12 +261,10 @@ class Engine(TrainingStep, Checkpointable):
             added = progress_callback(epochs, bar=verbose if verbose == "auto" else True,
                                       max_steps=max_steps)
             self.callbacks.append(added)
-        started = time.perf_counter()
         try:
             with visible_logs() if added is not None else contextlib.nullcontext():
                 return self._fit(train_data, epochs, max_steps, val_data, eval_every)
         finally:
-            self.fit_seconds += time.perf_counter() - started
             if added is not None:
                 self.callbacks.remove(added)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
@@ -156,7 +157,8 @@ def build(
     except BaseException:
         envs.close()
         raise
-    callbacks = env_step_schedules(anneal, data, loss)
+    stopwatch = Stopwatch()  # training time, for the summary line
+    callbacks = [stopwatch, *env_step_schedules(anneal, data, loss)]
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
@@ -185,7 +187,7 @@ def build(
         wanted = "" if target_return is None else f" (target {target_return:g})"
         return [
             f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
-            f"after {data.env_steps} env steps, {engine.fit_seconds:.1f}s of training "
+            f"after {data.env_steps} env steps, {stopwatch.seconds:.1f}s of training "
             f"({time.perf_counter() - started:.1f}s with building the task and evaluations)",
             f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
             f"python -m beyondfit.play {run_dir}",
