@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from beyondfit.core.callbacks import Callback
+from beyondfit.core.early_stopping import EarlyStopping
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.tasks import Task
 
@@ -66,16 +67,23 @@ def with_resume_check(cfg: DictConfig, run_dir: Path, train: Train) -> list[dict
 
 
 def overfit(task: Task, batches: int) -> None:
-    """``debug.overfit_batches``: train on the first ``batches`` training batches only, and
-    evaluate on those same batches with the task's loss closure."""
+    """``debug.overfit_batches``: train on the first ``batches`` training batches only, again
+    and again; evaluate on the first ``batches`` validation batches (an evaluator callable,
+    such as RL's greedy episodes, is left out: it would cost more than the check). The task's
+    early stopping is off: the validation loss is expected to rise while the training loss
+    falls to ~0, which is the check."""
     fixed = list(itertools.islice(iter(task.train_data), batches))
     if not fixed:
         raise BeyondfitError("debug.overfit_batches: the task's training data has no batches")
     # (A rollout collector's envs stay open: the task's finish closes them, as always.)
     task.train_data = fixed
-    task.val_data = fixed
-    task.eval_every = None  # each epoch's end: one pass over the same batches
-    log.info("debug: overfitting %d fixed batch(es), evaluated on the same", len(fixed))
+    if task.val_data is not None and not callable(task.val_data):
+        task.val_data = list(itertools.islice(iter(task.val_data), batches))
+    else:
+        task.val_data = None
+    task.eval_every = None
+    task.callbacks = [c for c in task.callbacks if not isinstance(c, EarlyStopping)]
+    log.info("debug: overfitting %d fixed training batch(es)", len(fixed))
 
 
 def callbacks(options: dict[str, Any], run_dir: Path) -> list[Callback]:

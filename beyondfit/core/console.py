@@ -97,13 +97,24 @@ class ConsoleFormatter(logging.Formatter):
         return message
 
 
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel: stdout is no terminal there, but a bar can be drawn."""
+    if "ipykernel" not in sys.modules:  # never imports IPython itself
+        return False
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return type(get_ipython() if get_ipython else None).__name__ == "ZMQInteractiveShell"
+
+
 def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
-    """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal"; true/false force it."""
+    """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal, or a Jupyter
+    notebook's output"; true/false force it."""
     choice = str(bar).lower()
     if choice not in _BAR_CHOICES:
         raise BeyondfitError(f"progress.bar={bar!r}; use auto, true or false")
     if choice != "auto":
         return choice == "true"
+    if stream is None and in_notebook():
+        return True
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
@@ -193,19 +204,25 @@ class ProgressBar(ConsoleLogger):
         from tqdm import tqdm  # a dependency; imported here so `import beyondfit` stays light
 
         self.close()
-        stream = self.stream if self.stream is not None else sys.stdout
-        size = _terminal_size(stream)
-        self.bar = tqdm(
-            total=self._total(engine),
-            initial=engine.global_step,
-            unit="step",
-            dynamic_ncols=size is None,  # follow the terminal when it reports a size
-            ncols=None if size is None else size[0],
-            nrows=None if size is None else size[1],  # tqdm hides every bar when told 0 rows
-            file=stream,
-            mininterval=self.refresh,
-            leave=True,
-        )
+        if self.stream is None and in_notebook():  # a notebook widget (tqdm.auto's choice)
+            from tqdm.auto import tqdm as notebook_tqdm
+
+            self.bar = notebook_tqdm(total=self._total(engine), initial=engine.global_step,
+                                     unit="step", mininterval=self.refresh, leave=True)
+        else:
+            stream = self.stream if self.stream is not None else sys.stdout
+            size = _terminal_size(stream)
+            self.bar = tqdm(
+                total=self._total(engine),
+                initial=engine.global_step,
+                unit="step",
+                dynamic_ncols=size is None,  # follow the terminal when it reports a size
+                ncols=None if size is None else size[0],
+                nrows=None if size is None else size[1],  # tqdm hides every bar when told 0 rows
+                file=stream,
+                mininterval=self.refresh,
+                leave=True,
+            )
         self._describe(engine)
         self._redirect = _redirect_console_logs()
         self._last_draw = time.monotonic()

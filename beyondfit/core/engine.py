@@ -225,9 +225,8 @@ class Engine(TrainingStep, Checkpointable):
                 line per epoch elsewhere) unless a callback already shows it; ``False``:
                 silent.
 
-        Returns:
-            The history: one dict of floats per epoch (train means, ``lr``, ``val_``
-            values, ``epoch`` and ``step``).
+        Returns the history: one dict of floats per epoch (train means, ``lr``, ``val_``
+        values, ``epoch``, ``step``). A KeyboardInterrupt leaves the last whole step's state.
         """
         check_number("epochs", epochs, integer=True, at_least=1, allow_none=True)
         check_number("max_steps", max_steps, integer=True, at_least=1, allow_none=True)
@@ -264,6 +263,9 @@ class Engine(TrainingStep, Checkpointable):
         try:
             with visible_logs() if added is not None else contextlib.nullcontext():
                 return self._fit(train_data, epochs, max_steps, val_data, eval_every)
+        except KeyboardInterrupt:  # a notebook's "interrupt kernel": keep the last whole step
+            self.abandon_step()
+            raise
         finally:
             if added is not None:
                 self.callbacks.remove(added)

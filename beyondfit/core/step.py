@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from beyondfit.core.console import ProgressBar
 from beyondfit.core.device import move_to_device
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.outputs import unpack_output
@@ -169,6 +170,18 @@ class TrainingStep:
         update.optimizer.zero_grad(set_to_none=True)
         update.steps += 1
         self._stepped += 1
+
+    def abandon_step(self: Any) -> None:
+        """Forget a step cut short (a KeyboardInterrupt inside it): its gradients and window
+        counters, so that the engine holds its last whole step and a later ``fit`` continues
+        from there; an open progress bar is closed. The interrupt itself is the caller's."""
+        for update in self.updates:
+            update.optimizer.zero_grad(set_to_none=True)
+            update.window_applied, update.window_synced, update.pending = 0, False, None
+        self._micro = 0
+        for callback in self.callbacks:
+            if isinstance(callback, ProgressBar):
+                callback.close()
 
     def _end_window(self: Any) -> None:
         self._micro = 0
