@@ -113,17 +113,19 @@ def build(seed: int = 0, shift: float = 0.0):
 def test_debug_anomaly_names_the_operation_and_the_line_of_a_planted_nan(tmp_path):
     (tmp_path / "nanmod.py").write_text(USER_TASK)
     (tmp_path / "conf" / "task").mkdir(parents=True)
-    (tmp_path / "conf" / "task" / "nan.yaml").write_text(
-        "task:\n  _target_: nanmod.build\n  shift: 1000.0\n"
+    (tmp_path / "conf" / "task" / "planted.yaml").write_text(
+        "# @package _global_\ntask:\n  _target_: nanmod.build\n  shift: 1000.0\n"
     )
-    plain = cli("--config-dir", "conf", "+task=nan", "hydra.run.dir=plain", cwd=tmp_path)
+    plain = cli("--config-dir", "conf", "+task=planted", "hydra.run.dir=plain", cwd=tmp_path)
     assert plain.returncode == 2 and "non-finite loss" in plain.stderr  # off by default
-    done = cli("--config-dir", "conf", "+task=nan", "+debug=anomaly", "hydra.run.dir=run",
+    done = cli("--config-dir", "conf", "+task=planted", "+debug=anomaly", "hydra.run.dir=run",
                cwd=tmp_path)
     assert done.returncode == 2, done.stderr[-3000:]
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("beyondfit: error: NaN first made by torch.log at ")
-    assert "nanmod.py:14 in loss_fn: return torch.log(err - shift)" in line
+    lineno = USER_TASK.splitlines().index(
+        "        return torch.log(err - shift)  # shift past the error: the log of a negative") + 1
+    assert f"nanmod.py:{lineno} in loss_fn: return torch.log(err - shift)" in line
 
 
 def test_detect_anomaly_names_the_backward_operation_of_a_nan_gradient():

@@ -92,7 +92,7 @@ def callbacks(options: dict[str, Any], run_dir: Path) -> list[Callback]:
         return []
     from beyondfit.observers.profiler import StepProfiler
 
-    return [StepProfiler(run_dir / "profile", steps=int(options["profile"]))]
+    return [StepProfiler(run_dir / "profile", steps=int(options["profile"]), stop=True)]
 
 
 @contextlib.contextmanager

@@ -49,6 +49,8 @@ class StepProfiler(Callback):
         folder: where the trace files go (created).
         steps: optimizer steps recorded.
         warmup: steps skipped first (the first step builds optimizer state and caches).
+        stop: stop training once the window is recorded (the command line's
+            ``+debug=profile``); ``False``: training goes on, unprofiled.
 
     After the window, :attr:`table` maps each of :data:`PHASES` to seconds per step and
     :attr:`trace` is the trace file written.
@@ -56,9 +58,11 @@ class StepProfiler(Callback):
 
     rank_zero_only = True
 
-    def __init__(self, folder: str | Path, steps: int = 5, warmup: int = 1) -> None:
+    def __init__(
+        self, folder: str | Path, steps: int = 5, warmup: int = 1, stop: bool = False
+    ) -> None:
         self.folder = Path(folder)
-        self.steps, self.warmup = int(steps), int(warmup)
+        self.steps, self.warmup, self.stop = int(steps), int(warmup), stop
         self.table: dict[str, float] = {}
         self.trace: Path | None = None
         self._profiler: Any = None
@@ -98,6 +102,7 @@ class StepProfiler(Callback):
         self._profiler.step()
         if self._recorded >= self.steps:
             self._finish(engine)
+            engine.should_stop = engine.should_stop or self.stop
             return
         if self._seen >= self.warmup and not self._undo:
             self._instrument(engine)
