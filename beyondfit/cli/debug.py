@@ -32,7 +32,8 @@ from beyondfit.tasks import Task
 
 log = logging.getLogger("beyondfit")
 
-Train = Callable[[DictConfig, int | None], list[dict[str, float]]]
+# train(cfg, first_part): the command line's run; the first part trains one step, no report.
+Train = Callable[[DictConfig, bool], list[dict[str, float]]]
 
 
 def settings(cfg: DictConfig) -> dict[str, Any]:
@@ -47,15 +48,16 @@ def settings(cfg: DictConfig) -> dict[str, Any]:
 
 
 def with_resume_check(cfg: DictConfig, run_dir: Path, train: Train) -> list[dict[str, float]]:
-    """``debug.resume_check``: train one step (the run ends with a checkpoint), then resume the
-    run from that checkpoint with a fresh task and engine and train to ``train.max_steps``
-    (two steps at least). Returns the resumed run's history."""
-    first = train(cfg, 1)
+    """``debug.resume_check``: train one step (the run ends with a checkpoint; the task's
+    report is left to the second part), then resume the run from that checkpoint with a fresh
+    task and engine and train to ``train.max_steps`` (two steps at least). Returns the resumed
+    run's history."""
+    first = train(cfg, True)
     if not first:
         raise BeyondfitError("debug.resume_check: the first part logged no epoch row")
     resumed = OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
     resumed.resume = str(run_dir)
-    history = train(resumed, None)
+    history = train(resumed, False)
     steps = [row.get("step", 0.0) for row in history]
     if not steps or max(steps) < 2:
         raise BeyondfitError(

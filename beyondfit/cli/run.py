@@ -72,7 +72,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     try:
         if debug.settings(cfg)["resume_check"]:  # +debug=fast: train, checkpoint, resume, train
             return debug.with_resume_check(
-                cfg, run_dir, lambda c, steps: _train(c, run_dir, strategy, started, steps)
+                cfg, run_dir, lambda c, first: _train(c, run_dir, strategy, started, first)
             )
         return _train(cfg, run_dir, strategy, started)
     finally:
@@ -81,8 +81,9 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
 
 
 def _train(
-    cfg: DictConfig, run_dir: Path, strategy: Any, started: float, max_steps: int | None = None
+    cfg: DictConfig, run_dir: Path, strategy: Any, started: float, first_part: bool = False
 ) -> list[dict[str, float]]:
+    # first_part (debug.resume_check): one step and a checkpoint, no report; a resume follows.
     checks = debug.settings(cfg)
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
@@ -132,16 +133,17 @@ def _train(
             history = engine.fit(
                 task.train_data,
                 epochs=int(train.epochs),
-                max_steps=max_steps or train.get("max_steps"),
+                max_steps=1 if first_part else train.get("max_steps"),
                 val_data=task.val_data,
                 eval_every=train.get("eval_every") or task.eval_every,
             )
         if engine.stopped_by:
             log.info("stopped early: %s", engine.stopped_by)
-        if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
+        reports = strategy.is_main and not first_part  # the task's finish may save artifacts
+        if task.finish is not None and reports:
             for line in task.finish(engine, run_dir) or []:
                 log.info("%s", line)
-        elif not strategy.is_main:
+        elif not reports:
             for data in (task.train_data, task.val_data):  # e.g. this rank's environments
                 close = getattr(data, "close", None)
                 if callable(close):
