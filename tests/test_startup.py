@@ -41,6 +41,7 @@ def torch_modules(names: set[str]) -> list[str]:
         (("+task=regression", "train.epochs=abc"), 2, "beyondfit: error: train.epochs="),
         (("+task=regression", "trian.epochs=3"), 2, "did you mean train?"),
         ((), 2, "beyondfit: error: no task given"),
+        (("+task=regression", "+debug=nope"), 2, "unknown debug 'nope'; available: anomaly, fast"),
     ],
 )
 def test_help_and_mistakes_answer_without_importing_torch(tmp_path, args, status, says):

@@ -97,7 +97,7 @@ def check_choices(args: list[str]) -> None:
         if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
         if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
-                         "algo"):
+                         "algo", "debug"):
             continue
         options = available(group, dirs)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
