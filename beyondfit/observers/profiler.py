@@ -82,7 +82,10 @@ class StepProfiler(Callback):
             activities.append(torch.profiler.ProfilerActivity.CUDA)
         self._profiler = torch.profiler.profile(
             activities=activities,
-            schedule=torch.profiler.schedule(wait=self.warmup, warmup=0, active=self.steps),
+            # The profiler's own warm-up is the last skipped step (it warns without one).
+            schedule=torch.profiler.schedule(wait=max(self.warmup - 1, 0),
+                                             warmup=min(self.warmup, 1), active=self.steps,
+                                             repeat=1),
             on_trace_ready=torch.profiler.tensorboard_trace_handler(str(self.folder)),
         )
         self._profiler.start()
