@@ -7,10 +7,15 @@ right after its first optimizer step:
 - ``raw script``: torch only, a hand-written step.
 - ``beyondfit API``: the same script with ``Engine(...).fit(TensorBatches(...), max_steps=1)``.
 - ``beyondfit CLI``: ``python -m beyondfit +task=regression train.max_steps=1`` (its own
-  diabetes task), stamped by a hook on the engine's optimizer step installed just before
-  the CLI's ``main()`` runs.
+  diabetes task), stamped by torch's global optimizer-step hook
+  (``register_optimizer_step_post_hook``) installed just before the CLI's ``main()`` runs
+  (importing torch first, which the CLI imports before its first step anyway).
 - ``Lightning``: ``Trainer(max_steps=1)`` with no logger, checkpointing, bar or summary.
 - ``import torch``: the floor every contender stands on.
+
+Two commands that must answer without loading torch are timed to their exit:
+``python -m beyondfit --help`` and a mistake (``+task=nope``, one line and status 2); the
+target is under 1.5 s.
 
 The contenders run round-robin for ``--repeats`` rounds (after one uncounted warm-up round
 that fills the page cache) and the table gives medians and the median over rounds of the
@@ -20,8 +25,9 @@ cost), and wall time from just before the process is spawned (what a user waits 
 machine, where the two agree). "to exit" is the CPU time of the whole process (the CLI
 also evaluates, writes its metrics and plots after the step).
 
-    python bench/startup.py               # 5 rounds, markdown table on stdout
+    python bench/startup.py               # 5 rounds, markdown tables on stdout
     python bench/startup.py --repeats 3 --no-lightning
+    python bench/startup.py --repeats 1 --warmup 0 --only cli,help   # a tiny smoke run
 """
 
 from __future__ import annotations
@@ -105,22 +111,21 @@ engine.fit(TensorBatches(x, y, batch_size=32), max_steps=1, verbose=False)
 import sys
 import time
 
-import beyondfit.core.engine as _engine
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
-_step = _engine.Engine._optimizer_step
 _seen = []
 
 
-def _stamped(self, *args, **kwargs):
-    out = _step(self, *args, **kwargs)
-    if not _seen:
+def _stamp(optimizer, args, kwargs):
+    if not _seen:  # the first optimizer step of the run, whichever optimizer makes it
         _seen.append(True)
         print("FIRST_STEP", time.time(), time.process_time(), flush=True)
-    return out
 
 
-_engine.Engine._optimizer_step = _stamped
-sys.argv = ["beyondfit", "+task=regression", "train.max_steps=1", "hydra.run.dir=" + RUN_DIR]
+register_optimizer_step_post_hook(_stamp)
+# A fresh run directory per launch (a directory that holds a run is refused).
+run_dir = f"{RUN_DIR}/{time.time_ns()}"
+sys.argv = ["beyondfit", "+task=regression", "train.max_steps=1", "hydra.run.dir=" + run_dir]
 from beyondfit.cli.app import main
 
 main()
@@ -164,6 +169,13 @@ LABELS = {
     "lightning": "Lightning Trainer (minimal config)",
 }
 TARGETS = {"api": 1.10, "cli": 1.25}
+# Commands timed to their exit (no first step): argv after ``python -m beyondfit``, the exit
+# status they must end with, a label and the target in seconds.
+COMMANDS = {
+    "help": (["--help"], 0, "`python -m beyondfit --help`"),
+    "mistake": (["+task=nope"], 2, "a mistake: `python -m beyondfit +task=nope`"),
+}
+COMMAND_TARGET_S = 1.5
 
 
 @dataclass
@@ -177,13 +189,18 @@ class Samples:
 
 
 def run_once(key: str, folder: Path) -> tuple[float, float, float, float]:
-    """Launch one contender: wall and CPU time to its first step, wall and CPU to its exit."""
-    script = folder / f"start_{key}.py"
+    """Launch one contender: wall and CPU time to its first step, wall and CPU to its exit
+    (a command of ``COMMANDS``: its exit, four times)."""
+    if key in COMMANDS:
+        args, status, _ = COMMANDS[key]
+        command = [sys.executable, "-m", "beyondfit", *args]
+    else:
+        command = [sys.executable, str(folder / f"start_{key}.py")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.time()
     proc = subprocess.run(
-        [sys.executable, str(script)],
+        command,
         capture_output=True,
         text=True,
         cwd=folder,
@@ -193,6 +210,10 @@ def run_once(key: str, folder: Path) -> tuple[float, float, float, float]:
     ended = time.time()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_all = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if key in COMMANDS:
+        if proc.returncode != status:
+            raise RuntimeError(f"{command} exited {proc.returncode}, not {status}:\n{proc.stderr}")
+        return ended - start, cpu_all, ended - start, cpu_all
     for line in proc.stdout.splitlines():
         if line.startswith(MARK):
             _, t, cpu = line.split()
@@ -203,7 +224,7 @@ def run_once(key: str, folder: Path) -> tuple[float, float, float, float]:
 
 
 def write_scripts(folder: Path, keys: list[str]) -> None:
-    for key in keys:
+    for key in (k for k in keys if k in SCRIPTS):
         text = textwrap.dedent(SCRIPTS[key])
         if key == "cli":
             text = f"RUN_DIR = {str(folder / 'runs')!r}\n" + text
@@ -242,15 +263,28 @@ def table(results: dict[str, Samples]) -> str:
 
     lines = [
         "| launch -> first optimizer step | CPU s | × raw (CPU) | wall s | × raw (wall) "
-        "| to exit: CPU s | target (× raw) |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "| to exit: CPU s | to exit: wall s | target (× raw) |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for key, s in results.items():
+        if key in COMMANDS:
+            continue
         target = f"<= {TARGETS[key]:.2f}" if key in TARGETS else ""
         lines.append(
             f"| {LABELS[key]} | {med(s.cpu):.2f} | {ratio(s.cpu_ratio)} | {med(s.wall):.2f} "
-            f"| {ratio(s.wall_ratio)} | {med(s.exit_cpu):.2f} | {target} |"
+            f"| {ratio(s.wall_ratio)} | {med(s.exit_cpu):.2f} | {med(s.exit):.2f} | {target} |"
         )
+    commands = [key for key in results if key in COMMANDS]
+    if commands:
+        lines += [
+            "",
+            "| command, launch -> exit (torch never loaded) | CPU s | wall s | target |",
+            "|---|---:|---:|---|",
+        ]
+        for key in commands:
+            s = results[key]
+            lines.append(f"| {COMMANDS[key][2]} | {med(s.exit_cpu):.2f} | {med(s.exit):.2f} "
+                         f"| < {COMMAND_TARGET_S} s |")
     return "\n".join(lines)
 
 
@@ -258,10 +292,11 @@ def main(argv: list[str] | None = None) -> dict[str, Samples]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="counted rounds")
     parser.add_argument("--warmup", type=int, default=1, help="uncounted rounds first")
-    parser.add_argument("--only", default="", help="comma list of " + ", ".join(SCRIPTS))
+    parser.add_argument("--only", default="",
+                        help="comma list of " + ", ".join([*SCRIPTS, *COMMANDS]))
     parser.add_argument("--no-lightning", action="store_true", help="leave Lightning out")
     args = parser.parse_args(argv)
-    keys = list(SCRIPTS)
+    keys = [*SCRIPTS, *COMMANDS]
     if args.only:
         keys = [k for k in keys if k in {"raw", *args.only.split(",")}]
     if args.no_lightning:

@@ -9,12 +9,13 @@ heavy, so the command line can answer Ctrl-C with one line even while torch is l
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from beyondfit.core.lazy import lazy_exports
 
 
 def _starting_the_command_line() -> bool:
@@ -81,17 +82,4 @@ __all__ = [
     "seed_everything",
 ]
 __version__ = "0.1.0"
-
-
-def __getattr__(name: str) -> Any:
-    """Import a public name's module on first use."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'beyondfit' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

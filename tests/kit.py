@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,17 @@ def rows(run_dir: Path, *, timeless: bool = False) -> list[dict[str, Any]]:
         clock = re.compile(r"time|per_s|sps|elapsed")
         found = [{k: v for k, v in row.items() if not clock.search(k)} for row in found]
     return found
+
+
+def wait_for_file(path: Path, timeout: float = 120.0) -> bool:
+    """True once ``path`` is a file: the command line draws ``curves.png`` in a separate
+    process after it returns (``CurvesPlot(background=True)``)."""
+    deadline = time.monotonic() + timeout
+    while not Path(path).is_file():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def sum_data(n: int = 128, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

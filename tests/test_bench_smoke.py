@@ -116,10 +116,16 @@ def test_startup_api_script_reaches_its_first_step():
     _startup_smoke("api")
 
 
+def test_startup_cli_reaches_its_first_step_and_help_and_a_mistake_exit():
+    """The README's table as typed, on one round: the CLI row and the two commands."""
+    results = _startup_smoke("cli,help,mistake")
+    assert results["help"].exit_cpu[0] > 0 and results["mistake"].exit[0] > 0
+
+
 @pytest.mark.slow
-def test_startup_cli_and_lightning_reach_their_first_step():
+def test_startup_lightning_and_torch_alone_reach_their_first_step():
     pytest.importorskip("lightning")
-    _startup_smoke("cli,lightning,import_torch")
+    _startup_smoke("lightning,import_torch")
 
 
 def test_cartpole_bench_runs_beyondfit_the_raw_loop_and_the_throughput_table():

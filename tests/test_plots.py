@@ -22,6 +22,8 @@ from beyondfit.observers.plots import (
     series,
 )
 
+from kit import wait_for_file
+
 pytest.importorskip("matplotlib")
 
 
@@ -47,6 +49,7 @@ def config(*overrides: str):
 
 def test_a_regression_run_ends_with_a_valid_curves_png(tmp_path: Path) -> None:
     run(config("train.epochs=3", "progress.bar=false"), tmp_path)
+    assert wait_for_file(tmp_path / "curves.png")  # drawn in a separate process
     width, height = png_size(tmp_path / "curves.png")
     # Two panels (loss; validation R²) at 100 dpi: sensible for a README or a glance.
     assert (width, height) == (840, 320)

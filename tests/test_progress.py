@@ -11,13 +11,8 @@ import torch
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.core.console import (
-    ConsoleFormatter,
-    ConsoleLogger,
-    ProgressBar,
-    progress_callback,
-    wants_bar,
-)
+from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback, wants_bar
+from beyondfit.core.logs import ConsoleFormatter
 
 from kit import make_engine
 

@@ -2,6 +2,10 @@
 
 Hydra composes the config; :func:`beyondfit.cli.run.run` does the rest. Mistakes a user can
 make come out as one line on stderr and exit status 2, never a traceback.
+
+Everything up to the job itself is torch-free: ``--help``, a misspelt task or a bad override
+answer in a fraction of a second, and torch (1-2 s to import) loads only for a run
+(``tests/test_startup.py`` holds this).
 """
 
 from __future__ import annotations
@@ -20,24 +24,13 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondfit.checkpoint.interrupt import TrainingInterrupted
-from beyondfit.checkpoint.resume import resume_run_dir
-from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
-from beyondfit.cli.result import already_finished_line, finished_run, read_result
-from beyondfit.cli.run import (
-    CONF_DIR,
-    available,
-    no_task_message,
-    objective,
-    objective_settings,
-    run,
-    worst_objective,
-)
+from beyondfit.cli.configs import CONF_DIR, available, no_task_message
+from beyondfit.cli.fastpath import compose_once
+from beyondfit.cli.jobs import end_jobs, end_sweep, job_failed, share_job
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.strategy import process_strategy
-from beyondfit.distributed import init_process_group, launch_env, shutdown
+from beyondfit.distributed.environ import launch_env
 
 # Flags with which Hydra prints something instead of running a job.
 _INFO_FLAGS = (
@@ -104,7 +97,7 @@ def check_choices(args: list[str]) -> None:
         if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
         if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
-                         "algo"):
+                         "algo", "debug"):
             continue
         options = available(group, dirs)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
@@ -135,6 +128,11 @@ def check_choices(args: list[str]) -> None:
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: DictConfig) -> float | None:
     """One job; in a search (an optimizing sweeper such as Optuna's), return its objective."""
+    # The job itself: torch loads from here on (the modules above do not import it).
+    from beyondfit.checkpoint.interrupt import TrainingInterrupted
+    from beyondfit.cli.result import read_result
+    from beyondfit.cli.run import objective, objective_settings, run, worst_objective
+
     # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
     cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
     search = searching()
@@ -189,6 +187,8 @@ def check_direction(mode: str) -> None:
 
 def resume_command(checkpoint: Path) -> str:
     """This run's command line with ``resume=`` pointing at its run directory."""
+    from beyondfit.checkpoint.resume import resume_run_dir
+
     target = resume_run_dir(checkpoint) or checkpoint
     args = [
         a for a in HydraConfig.get().overrides.task if a.partition("=")[0].lstrip("+") != "resume"
@@ -229,6 +229,8 @@ def resume_overrides(args: list[str]) -> list[str]:
             value = val.strip().strip("'\"")
     if not value or value == "null":
         return []
+    from beyondfit.checkpoint.resume import resume_run_dir  # a resumed run loads torch anyway
+
     run_dir = resume_run_dir(value)
     if run_dir is None or not run_dir.is_dir():
         return []  # a loose checkpoint file: a fresh run directory, as usual
@@ -253,6 +255,8 @@ def finished_resume(args: list[str]) -> bool:
             elsewhere = Path(value).expanduser().resolve()
     if resume is None or extend or any(a in _INFO_FLAGS or a.startswith("--cfg") for a in args):
         return False
+    from beyondfit.cli.result import already_finished_line, finished_run  # loads torch
+
     finished = finished_run(resume)
     if finished is None or (elsewhere is not None and elsewhere != finished[0]):
         return False  # not finished, or a branch into a directory of its own
@@ -262,6 +266,9 @@ def finished_resume(args: list[str]) -> bool:
 
 def _follow(cfg: DictConfig, run_dir: str) -> None:
     """A non-zero torchrun rank: run the job rank 0 composed, in rank 0's run directory."""
+    from beyondfit.checkpoint.interrupt import TrainingInterrupted
+    from beyondfit.cli.run import run
+
     try:
         run(cfg, run_dir)
     except BeyondfitError as exc:
@@ -325,20 +332,28 @@ def _main() -> None:
     if env is not None and env.world_size > 1:
         # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
         # (one run directory, one .hydra/, one log) and sends every job to the others.
+        from beyondfit.cli.jobs import follow_jobs
+        from beyondfit.core.strategy import process_strategy
+        from beyondfit.distributed.launch import init_process_group, shutdown
+
         init_process_group(env)
         if not process_strategy().is_main:
             follow_jobs(_follow)
             shutdown()
             return
     try:
-        run_hydra(_app)
+        with compose_once(sys.argv[1:], user_config_dirs(sys.argv[1:])):
+            run_hydra(_app)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) with status 1.
         if exc.code == 1:
             sys.exit(2)
         raise
     end_jobs()  # no more jobs: the other ranks return (no-op in one process)
-    shutdown()
+    if "torch.distributed" in sys.modules:  # never imported: no process group to leave
+        from beyondfit.distributed.launch import shutdown
+
+        shutdown()
     end_sweep()  # a sweep with failed jobs lists them and exits non-zero
 
 

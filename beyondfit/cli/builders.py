@@ -238,7 +238,8 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     if plots not in ("auto", "true", "false"):
         raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
     if plots == "true" or (plots == "auto" and has_matplotlib()):
-        callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
+        # Drawn in another process: the command returns without waiting for matplotlib.
+        callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg), background=True))
     elif plots == "auto":  # one line, so that a missing curves.png is no surprise
         skipped_without_matplotlib("curves.png", ", or set plots=false to skip it without "
                                    "this note")
@@ -305,7 +306,7 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
 
 def available_loggers() -> list[str]:
     """The logger group's shipped options."""
-    from beyondfit.cli.run import available
+    from beyondfit.cli.configs import available
 
     return available("logger")
 

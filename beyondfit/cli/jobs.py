@@ -7,10 +7,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from beyondfit.core.strategy import process_strategy
+from beyondfit.distributed.environ import launch_env
 
 #: The jobs of this multirun sweep that failed: "job N (OVERRIDES): LINE".
 FAILED_JOBS: list[str] = []
+
+
+def world_size() -> int:
+    """Processes in this launch (1 outside torchrun), read from the environment: rank 0
+    asks before it runs Hydra, and a one-process run never imports torch."""
+    env = launch_env()
+    return 1 if env is None else env.world_size
+
+
+def _strategy() -> Any:
+    from beyondfit.core.strategy import process_strategy  # torch: only with several ranks
+
+    return process_strategy()
 
 
 def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
@@ -20,10 +33,11 @@ def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
     The config is resolved once, here: ``${now:...}`` and ``${hydra:...}`` mean the same on
     every rank (hydra #2070), and only rank 0 ever ran Hydra or made a directory.
     """
-    strategy = process_strategy()
-    if strategy.world_size == 1:
+    if world_size() == 1:
         return cfg, run_dir
     from omegaconf import OmegaConf
+
+    strategy = _strategy()
 
     container = OmegaConf.to_container(cfg, resolve=True)
     strategy.broadcast({"cfg": container, "run_dir": str(run_dir)})
@@ -32,9 +46,8 @@ def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
 
 def end_jobs() -> None:
     """Rank 0 tells the waiting ranks that there are no more jobs."""
-    strategy = process_strategy()
-    if strategy.world_size > 1:
-        strategy.broadcast(None)
+    if world_size() > 1:
+        _strategy().broadcast(None)
 
 
 def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
@@ -42,7 +55,7 @@ def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
     number run. A Hydra multirun under torchrun is a sequence of such jobs."""
     from omegaconf import OmegaConf
 
-    strategy = process_strategy()
+    strategy = _strategy()
     done = 0
     while True:
         job = strategy.broadcast(None)  # rank 0's next job
@@ -60,7 +73,7 @@ def job_failed(message: str) -> bool:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN or process_strategy().world_size > 1:
+    if hydra_cfg.mode != RunMode.MULTIRUN or world_size() > 1:
         return False
     job = f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)})"
     FAILED_JOBS.append(f"{job}: {message}")

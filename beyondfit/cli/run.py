@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from beyondfit import MetricsFile, resume
 from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
+from beyondfit.cli import debug
 from beyondfit.cli.builders import (
     absolute_paths,
     build_checkpointer,
@@ -28,6 +29,7 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
+from beyondfit.cli.configs import CONF_DIR, available, no_task_message
 from beyondfit.cli.result import (
     RESULT_FILE,
     already_finished_line,
@@ -39,7 +41,7 @@ from beyondfit.cli.result import (
 )
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
-from beyondfit.core.callbacks import Callback, StopRule
+from beyondfit.core.callbacks import Callback, StopRule, Stopwatch
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
@@ -49,18 +51,17 @@ from beyondfit.observers.tracking import end_trackers
 
 log = logging.getLogger("beyondfit")
 
-PACKAGE_DIR = Path(__file__).resolve().parent.parent
-CONF_DIR = PACKAGE_DIR / "conf"  # where the wheel ships it
-if not CONF_DIR.is_dir():  # a source checkout keeps conf/ at the top level
-    CONF_DIR = PACKAGE_DIR.parent / "conf"
-
-
-def available(group: str, config_dirs: Sequence[Path] = ()) -> list[str]:
-    """The options of a config group (``task``, ``optimizer``, ...): the shipped configs' and
-    those in the user's ``config_dirs`` (``--config-dir``, ``hydra.searchpath``)."""
-    dirs = [CONF_DIR, *config_dirs]
-    return sorted({p.stem for d in dirs for p in (Path(d) / group).glob("*.yaml")})
-
+# Re-exported: tests and scripts compose configs from here.
+__all__ = [
+    "CONF_DIR",
+    "available",
+    "no_task_message",
+    "objective",
+    "objective_settings",
+    "resume_engine",
+    "run",
+    "worst_objective",
+]
 
 def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     """Train the task ``cfg`` describes, writing metrics and artifacts into ``run_dir``.
@@ -87,13 +88,21 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
             # Extended: no longer finished until it finishes again (a kill meanwhile resumes).
             if strategy.is_main:
                 (finished[0] / RESULT_FILE).unlink(missing_ok=True)
+        if debug.settings(cfg)["resume_check"]:  # +debug=fast: train, checkpoint, resume, train
+            return debug.with_resume_check(
+                cfg, run_dir, lambda c, first: _train(c, run_dir, strategy, started, first)
+            )
         return _train(cfg, run_dir, strategy, started)
     finally:
         if claimed:
             release_run_dir(run_dir)
 
 
-def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> list[dict[str, float]]:
+def _train(
+    cfg: DictConfig, run_dir: Path, strategy: Any, started: float, first_part: bool = False
+) -> list[dict[str, float]]:
+    # first_part (debug.resume_check): one step and a checkpoint, no report; a resume follows.
+    checks = debug.settings(cfg)
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
@@ -101,14 +110,19 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)
     task = build_task(cfg.task)
+    if checks["overfit_batches"]:
+        debug.overfit(task, int(checks["overfit_batches"]))
     # This rank's shard, before the scheduler is told the run's length in steps.
     task.train_data = strategy.shard_train(task.train_data)
     optimizer = build_optimizer(cfg.optimizer)
     train = cfg.train
-    callbacks: list[Callback] = [
-        MetricsFile(run_dir / "metrics.jsonl"),
-        *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
-    ] if strategy.is_main else []
+    stopwatch = Stopwatch()  # first: the training time the summary gives
+    callbacks: list[Callback] = [stopwatch]
+    if strategy.is_main:
+        callbacks += [
+            MetricsFile(run_dir / "metrics.jsonl"),
+            *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
+        ]
     if train.get("stop"):
         callbacks.append(StopRule(str(train.stop)))
     callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
@@ -118,7 +132,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     # handler stops the run only once every other on_fit_end has run.
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
-    callbacks += [checkpointer, interrupt]
+    callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
     engine = Engine(
         task.model,
         task.loss_fn,
@@ -134,19 +148,21 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
         if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
             engine.resumed_stop = None
     try:
-        with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+        # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
+        with interrupt, debug.checks(checks):
             history = engine.fit(
                 task.train_data,
                 epochs=int(train.epochs),
-                max_steps=train.get("max_steps"),
+                max_steps=1 if first_part else train.get("max_steps"),
                 val_data=task.val_data,
                 eval_every=train.get("eval_every") or task.eval_every,
             )
         if engine.stopped_by:
             log.info("stopped early: %s", engine.stopped_by)
         record: dict[str, Any] | None = None
-        if strategy.is_main:
-            if task.finish is not None:  # it may save artifacts: rank 0's job
+        reports = strategy.is_main and not first_part  # the task's finish may save artifacts
+        if reports:
+            if task.finish is not None:
                 for line in task.finish(engine, run_dir) or []:
                     log.info("%s", line)
             # What the run ended with, last: its presence says every other file is written.
@@ -165,9 +181,11 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     # After the task's finish: the trackers send the files it wrote (policy.pt) too.
     end_trackers(callbacks, "finished", record)
     log.info(
-        "done in %.1fs: %d optimizer steps; metrics in %s",
-        time.perf_counter() - started,
+        "done: %d optimizer steps in %.1fs of training (%.1fs with building the task and the "
+        "reports); metrics in %s",
         engine.global_step,
+        stopwatch.seconds,
+        time.perf_counter() - started,
         run_dir / "metrics.jsonl",
     )
     return history
@@ -178,7 +196,7 @@ _RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = (
     "resume", "resume_extend", "device", "threads", "checkpoint", "progress", "plots", "logger",
-    "objective",
+    "objective", "debug",
 )
 
 
@@ -200,15 +218,6 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     log.info(
         "resumed from %s: %d epochs done, optimizer step %d",
         path, engine.epoch, engine.global_step,
-    )
-
-
-def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
-    """What to say when no task was picked."""
-    tasks = ", ".join(available("task", config_dirs))
-    return (
-        f"no task given; pick one with +task=NAME (available: {tasks}), "
-        "e.g. python -m beyondfit +task=cartpole; your own: python -m beyondfit.new NAME"
     )
 
 

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from beyondfit.checkpoint import CHECKPOINT_DIR
 from beyondfit.core.errors import BeyondfitError
 
 try:  # POSIX; elsewhere runs are not locked
@@ -98,6 +97,9 @@ def _read_holder(path: Path) -> str:
 
 
 def _refuse_previous_run(run_dir: Path) -> None:
+    # Imported here: the command line imports this module before it needs torch.
+    from beyondfit.checkpoint import CHECKPOINT_DIR
+
     metrics = run_dir / "metrics.jsonl"
     checkpoints = run_dir / CHECKPOINT_DIR
     found = []

@@ -42,7 +42,7 @@ def targets(name: str, root: Path) -> dict[str, Path]:
 
 def check_name(name: str, root: Path) -> None:
     """Raise :class:`BeyondfitError` unless ``name`` can be a module and a task name here."""
-    from beyondfit.cli.run import available
+    from beyondfit.cli.configs import available
 
     if not name.isidentifier() or keyword.iskeyword(name):
         raise BeyondfitError(

@@ -99,6 +99,17 @@ class ProgressConfig:
 
 
 @dataclass
+class DebugConfig:
+    """``debug.*``: the research loop's checks (the ``debug`` group sets them:
+    ``+debug=fast|overfit|anomaly|profile``; :mod:`beyondfit.cli.debug`)."""
+
+    resume_check: bool = MISSING
+    overfit_batches: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    anomaly: bool = MISSING
+    profile: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+
+
+@dataclass
 class BeyondfitConfig:
     """The whole config: the checked sections plus the free-form groups."""
 
@@ -113,6 +124,7 @@ class BeyondfitConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     progress: ProgressConfig = field(default_factory=ProgressConfig)
+    debug: DebugConfig = field(default_factory=DebugConfig)
     # Free-form: each is checked by what builds it.
     task: Any = None
     optimizer: Any = None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import operator
 import re
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,26 @@ class Callback:
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Training ended (finished, stopped by a rule, or reached ``max_steps``)."""
+
+
+class Stopwatch(Callback):
+    """Seconds spent training, from each ``on_fit_start`` to its ``on_fit_end``, summed over
+    fits: what run summaries call training time, apart from start-up and reports. Put it
+    first among the callbacks, so that it counts the others' start and not their end."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._since: float | None = None
+
+    def on_fit_start(self, engine: Engine) -> None:
+        """Start the clock."""
+        self._since = time.perf_counter()
+
+    def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
+        """Stop the clock."""
+        if self._since is not None:
+            self.seconds += time.perf_counter() - self._since
+            self._since = None
 
 
 def overrides(callback: Callback, hook: str) -> bool:

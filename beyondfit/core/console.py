@@ -83,40 +83,24 @@ class ConsoleLogger(Callback):
                  time.perf_counter() - self._start)
 
 
-class ConsoleFormatter(logging.Formatter):
-    """Console format of the CLI: info lines bare (Keras-style), others prefixed by their level.
-
-    Hydra's job log file keeps its own timestamped format; this only shapes the console.
-    """
-
-    def format(self, record: logging.LogRecord) -> str:
-        """``message`` for INFO and below, ``WARNING: message`` above."""
-        message = super().format(record)
-        if record.levelno > logging.INFO:
-            return f"{record.levelname}: {message}"
-        return message
-
-
-class BelowWarning(logging.Filter):
-    """Pass only records below WARNING: results and progress on stdout, diagnostics on stderr.
-
-    The command line's console handler (``conf/config.yaml``) and :func:`visible_logs` put
-    INFO lines on stdout through this filter and WARNING and above on stderr, so that
-    ``> results.txt`` keeps the warnings on the terminal and out of the results.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """True for DEBUG and INFO records."""
-        return record.levelno < logging.WARNING
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel: stdout is no terminal there, but a bar can be drawn."""
+    if "ipykernel" not in sys.modules:  # never imports IPython itself
+        return False
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return type(get_ipython() if get_ipython else None).__name__ == "ZMQInteractiveShell"
 
 
 def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
-    """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal"; true/false force it."""
+    """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal, or a Jupyter
+    notebook's output"; true/false force it."""
     choice = str(bar).lower()
     if choice not in _BAR_CHOICES:
         raise BeyondfitError(f"progress.bar={bar!r}; use auto, true or false")
     if choice != "auto":
         return choice == "true"
+    if stream is None and in_notebook():
+        return True
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
     return bool(isatty and isatty())
@@ -206,19 +190,25 @@ class ProgressBar(ConsoleLogger):
         from tqdm import tqdm  # a dependency; imported here so `import beyondfit` stays light
 
         self.close()
-        stream = self.stream if self.stream is not None else sys.stdout
-        size = _terminal_size(stream)
-        self.bar = tqdm(
-            total=self._total(engine),
-            initial=engine.global_step,
-            unit="step",
-            dynamic_ncols=size is None,  # follow the terminal when it reports a size
-            ncols=None if size is None else size[0],
-            nrows=None if size is None else size[1],  # tqdm hides every bar when told 0 rows
-            file=stream,
-            mininterval=self.refresh,
-            leave=True,
-        )
+        if self.stream is None and in_notebook():  # a notebook widget (tqdm.auto's choice)
+            from tqdm.auto import tqdm as notebook_tqdm
+
+            self.bar = notebook_tqdm(total=self._total(engine), initial=engine.global_step,
+                                     unit="step", mininterval=self.refresh, leave=True)
+        else:
+            stream = self.stream if self.stream is not None else sys.stdout
+            size = _terminal_size(stream)
+            self.bar = tqdm(
+                total=self._total(engine),
+                initial=engine.global_step,
+                unit="step",
+                dynamic_ncols=size is None,  # follow the terminal when it reports a size
+                ncols=None if size is None else size[0],
+                nrows=None if size is None else size[1],  # tqdm hides every bar when told 0 rows
+                file=stream,
+                mininterval=self.refresh,
+                leave=True,
+            )
         self._describe(engine)
         self._redirect = _redirect_console_logs()
         self._last_draw = time.monotonic()
@@ -360,34 +350,3 @@ def _is_console(handler: logging.Handler) -> bool:
         sys.stdout,
         sys.stderr,
     )
-
-
-@contextlib.contextmanager
-def visible_logs() -> Any:
-    """Show the ``beyondfit`` logger's INFO lines on stdout (warnings on stderr) while inside,
-    if nothing else does.
-
-    In a script where logging was never configured, INFO records go nowhere; ``fit``'s
-    default progress (Keras' ``verbose=1``) must still be seen. A configured logging setup
-    (Hydra's, the user's) is left untouched.
-    """
-    logger = logging.getLogger("beyondfit")
-    if logger.hasHandlers():
-        yield
-        return
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    handler.addFilter(BelowWarning())
-    warnings = logging.StreamHandler(sys.stderr)  # as Python's last-resort handler would
-    warnings.setFormatter(ConsoleFormatter("%(message)s"))
-    warnings.setLevel(logging.WARNING)
-    level = logger.level
-    logger.addHandler(handler)
-    logger.addHandler(warnings)
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.removeHandler(warnings)
-        logger.setLevel(level)

@@ -21,10 +21,11 @@ from torch import nn
 
 from beyondfit.core.callbacks import Callback, overrides
 from beyondfit.core.checks import NonFiniteCheck
-from beyondfit.core.console import ConsoleLogger, progress_callback, visible_logs
+from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback
 from beyondfit.core.errors import BeyondfitError, no_train_batches
 from beyondfit.core.evaluation import Evaluation
 from beyondfit.core.forward import ForwardPath
+from beyondfit.core.logs import visible_logs
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_number
 from beyondfit.core.precision import Precision
@@ -212,9 +213,8 @@ class Engine(Checkpointable):
                 line per epoch elsewhere) unless a callback already shows it; ``False``:
                 silent.
 
-        Returns:
-            The history: one dict of floats per epoch (train means, ``lr``, ``val_``
-            values, ``epoch`` and ``step``).
+        Returns the history: one dict of floats per epoch (train means, ``lr``, ``val_``
+        values, ``epoch``, ``step``). A KeyboardInterrupt leaves the last whole step's state.
         """
         check_number("epochs", epochs, integer=True, at_least=1, allow_none=True)
         check_number("max_steps", max_steps, integer=True, at_least=1, allow_none=True)
@@ -251,6 +251,11 @@ class Engine(Checkpointable):
         try:
             with visible_logs() if added is not None else contextlib.nullcontext():
                 return self._fit(train_data, epochs, max_steps, val_data, eval_every)
+        except KeyboardInterrupt:  # a notebook's "interrupt kernel": keep the last whole step
+            self.window.abandon()
+            for bar in [c for c in self.callbacks if isinstance(c, ProgressBar)]:
+                bar.close()
+            raise
         finally:
             if added is not None:
                 self.callbacks.remove(added)

@@ -216,6 +216,14 @@ class Window:
             hook(update)
         self.stepped += 1
 
+    def abandon(self) -> None:
+        """Forget a window cut short by a KeyboardInterrupt inside it: its gradients and
+        counts, so that the engine holds its last whole step and a later ``fit`` continues
+        from there."""
+        for slot in self.slots:
+            slot.update.optimizer.zero_grad(set_to_none=True)
+        self.reset()
+
     def _end(self) -> bool:
         self.micro = 0
         if not self.stepped:

@@ -8,15 +8,24 @@ Panels, each drawn only when the run logged its values: the loss (``loss`` and
 matplotlib is an optional extra (``pip install "beyondfit[plots]"``), imported only when a
 plot is drawn. Drawing goes through the Agg canvas of a bare ``Figure``, never pyplot, so
 it neither needs a display nor switches the backend of a notebook that calls it.
+
+Importing matplotlib and drawing cost about a second of CPU, which the command line does not
+make its user wait for: ``CurvesPlot(background=True)`` draws in a separate process
+(``python -m beyondfit.observers.plots RUN_DIR``), in its own session so that a Ctrl-C or a
+closed terminal does not kill it half-way, writing the PNG atomically; a tracker that uploads
+the PNG waits for it (:meth:`CurvesPlot.wait`).
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import logging
 import math
 import os
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,21 +192,75 @@ class CurvesPlot(Callback):
     Args:
         run_dir: the folder holding ``metrics.jsonl`` (the PNG goes beside it).
         title: a title above the panels (the CLI gives the task's name).
+        background: draw in a separate process and return at once (the command line's
+            choice); :meth:`wait` blocks until the PNG is written. ``False``: draw in
+            ``on_fit_end`` itself.
     """
 
     rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
 
-    def __init__(self, run_dir: str | Path, title: str | None = None) -> None:
+    def __init__(
+        self, run_dir: str | Path, title: str | None = None, background: bool = False
+    ) -> None:
         require_matplotlib()  # fail before training, not after it
         self.run_dir = Path(run_dir)
         self.title = title
+        self.background = background
         self.path: Path | None = None
+        self._drawing: subprocess.Popen[bytes] | None = None
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Draw the curves; an empty run (nothing logged) is reported, not raised."""
+        if self.background:
+            self.wait()  # a second fit on the same callback: one drawer at a time
+            self._drawing = draw_in_background(self.run_dir, self.title)
+            self.path = self.run_dir / "curves.png"
+            log.info("learning curves in %s (drawn in the background)", self.path)
+            return
         try:
             self.path = plot_run(self.run_dir, title=self.title)
         except BeyondfitError as exc:
             log.warning("curves.png not written: %s", exc)
             return
         log.info("learning curves in %s", self.path)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a background drawing; True when none is pending or it wrote the PNG."""
+        drawing, self._drawing = self._drawing, None
+        if drawing is None:
+            return True
+        return drawing.wait(timeout) == 0
+
+
+def draw_in_background(run_dir: Path, title: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``python -m beyondfit.observers.plots RUN_DIR`` detached from this process's
+    session; its one-line warning, if any, goes to this process's stderr."""
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    env = dict(os.environ)  # the child imports this very beyondfit, installed or not
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    command = [sys.executable, "-m", "beyondfit.observers.plots", str(run_dir)]
+    if title:
+        command += ["--title", title]
+    return subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=env,
+        start_new_session=True,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m beyondfit.observers.plots RUN_DIR [--title T]``: draw ``curves.png``."""
+    parser = argparse.ArgumentParser(prog="python -m beyondfit.observers.plots",
+                                     description="Draw RUN_DIR/curves.png from its metrics.")
+    parser.add_argument("run_dir")
+    parser.add_argument("--title", default=None)
+    args = parser.parse_args(argv)
+    try:
+        plot_run(args.run_dir, title=args.title)
+    except BeyondfitError as exc:
+        print(f"beyondfit: warning: curves.png not written: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -239,10 +239,18 @@ def param_text(value: Any, limit: int) -> str:
 def end_trackers(
     callbacks: Sequence[Callback], status: str, record: Mapping[str, Any] | None = None
 ) -> None:
-    """End every tracker in ``callbacks`` that is still open, giving it the run's result."""
+    """End every tracker in ``callbacks`` that is still open, giving it the run's result
+    (once ``curves.png``, drawn in the background, is on disk: the trackers send it)."""
+    from beyondfit.observers.plots import CurvesPlot
+
+    trackers = [c for c in callbacks if isinstance(c, ExperimentTracker) and c.active]
+    if not trackers:
+        return
     for callback in callbacks:
-        if isinstance(callback, ExperimentTracker):
-            callback.end(status, record)
+        if isinstance(callback, CurvesPlot):
+            callback.wait()
+    for tracker in trackers:
+        tracker.end(status, record)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from beyondfit import Task
+from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
@@ -168,7 +169,8 @@ def build(
     except BaseException:
         envs.close()
         raise
-    callbacks = env_step_schedules(anneal, data, loss)
+    stopwatch = Stopwatch()  # training time, for the summary line
+    callbacks = [stopwatch, *env_step_schedules(anneal, data, loss)]
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     confirm = None
@@ -213,7 +215,8 @@ def build(
             how = f"greedy val_return {shown}{wanted} over {eval_episodes} episodes (unconfirmed)"
         return [
             f"{env} {verdict}: {how} after {data.env_steps} env steps, "
-            f"{time.perf_counter() - started:.1f}s wall",
+            f"{stopwatch.seconds:.1f}s of training "
+            f"({time.perf_counter() - started:.1f}s with building the task and evaluations)",
             f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
             f"python -m beyondfit.play {run_dir}",
         ]

@@ -1,0 +1,140 @@
+"""Start-up: what the command line loads before it answers, and what waits for the end.
+
+``--help`` and a mistake's one line must not wait for torch (1-2 s to import); a single run
+composes its config once; ``curves.png`` is drawn in a separate process, so the run returns
+without waiting for matplotlib. Times themselves are ``bench/startup.py``'s, never asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from beyondfit.cli.fastpath import mode_is_known
+
+from kit import ROOT, cli, wait_for_file
+
+
+def imported_modules(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run ``python -X importtime -m beyondfit ARGS``; the names of the modules it imported."""
+    done = cli(*args, cwd=cwd, exe=(sys.executable, "-X", "importtime", "-m", "beyondfit"))
+    names = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines()
+             if line.startswith("import time:") and line.count("|") == 2}
+    return done, names
+
+
+def torch_modules(names: set[str]) -> list[str]:
+    return sorted(n for n in names if n == "torch" or n.startswith("torch."))
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        (("--help",), 0, "== Tasks and option groups =="),
+        (("+task=nope",), 2, "beyondfit: error: unknown task 'nope'"),
+        (("+task=regression", "train.epochs=abc"), 2, "beyondfit: error: train.epochs="),
+        (("+task=regression", "trian.epochs=3"), 2, "did you mean train?"),
+        ((), 2, "beyondfit: error: no task given"),
+        (("+task=regression", "+debug=nope"), 2, "unknown debug 'nope'; available: anomaly, fast"),
+    ],
+)
+def test_help_and_mistakes_answer_without_importing_torch(tmp_path, args, status, says):
+    done, names = imported_modules(*args, cwd=tmp_path)
+    assert done.returncode == status, done.stderr[-2000:]
+    assert says in done.stdout + done.stderr
+    assert "beyondfit.cli.app" in names  # the probe saw the command line's imports
+    assert torch_modules(names) == []
+    assert not (tmp_path / "outputs").exists()  # and no run directory was made
+
+
+def test_a_single_run_composes_its_config_once_and_says_its_training_time(tmp_path):
+    probe = textwrap.dedent(
+        f"""
+        import sys
+        import hydra._internal.hydra as h
+        calls = []
+        original = h.Hydra.compose_config
+        def counted(self, *args, **kwargs):
+            calls.append(kwargs.get("run_mode"))
+            return original(self, *args, **kwargs)
+        h.Hydra.compose_config = counted
+        sys.argv = ["beyondfit", "+task=regression", "train.max_steps=2", "plots=false",
+                    "hydra.run.dir={tmp_path / 'run'}"]
+        from beyondfit.cli.app import main
+        main()
+        print("COMPOSED", len(calls), file=sys.stderr)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "COMPOSED 1" in done.stderr
+    (summary,) = [line for line in (done.stdout + done.stderr).splitlines()
+                  if line.startswith("done: ")]
+    assert "2 optimizer steps in " in summary and "s of training (" in summary
+
+
+def test_the_mode_is_probed_when_a_config_or_the_command_line_may_ask_for_a_multirun(tmp_path):
+    assert mode_is_known(["+task=regression", "seed=1"], [])
+    assert not mode_is_known(["-m", "+task=regression", "seed=0,1"], [])
+    assert not mode_is_known(["+task=regression", "hydra.mode=MULTIRUN"], [])
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\nseed: 1\n")
+    assert mode_is_known(["--config-dir", str(tmp_path), "+experiment=mine"], [tmp_path])
+    (tmp_path / "experiment" / "sweep.yaml").write_text(
+        "# @package _global_\nhydra:\n  mode: MULTIRUN\n  sweeper:\n    params:\n      seed: 0,1\n"
+    )
+    assert not mode_is_known(["--config-dir", str(tmp_path), "+experiment=sweep"], [tmp_path])
+
+
+def test_a_config_that_asks_for_a_multirun_still_runs_one(tmp_path):
+    """A user's experiment that sets ``hydra.mode: MULTIRUN`` sweeps, as Hydra would."""
+    conf = tmp_path / "conf" / "experiment"
+    conf.mkdir(parents=True)
+    (conf / "two.yaml").write_text(textwrap.dedent("""\
+        # @package _global_
+        defaults:
+          - /task: regression
+        train:
+          max_steps: 1
+        plots: false
+        hydra:
+          mode: MULTIRUN
+          sweeper:
+            params:
+              seed: 0,1
+        """))
+    done = cli("--config-dir", "conf", "+experiment=two",
+               "hydra.sweep.dir=sweep", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
+
+
+def test_curves_are_drawn_in_a_separate_process_that_writes_the_whole_png(tmp_path):
+    pytest.importorskip("matplotlib")
+    from beyondfit.observers.plots import CurvesPlot
+
+    rows = [{"kind": "train", "step": s, "loss": 1.0 / s} for s in range(1, 6)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    plot = CurvesPlot(tmp_path, title="bg", background=True)
+    plot.on_fit_end(None, [])  # returns at once; a process draws
+    assert plot.path == tmp_path / "curves.png"
+    assert plot.wait(timeout=120) is True
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "curves.png.tmp").exists()
+    assert plot.wait() is True  # nothing pending
+
+
+def test_a_command_line_run_returns_before_its_curves_are_drawn_and_they_still_appear(tmp_path):
+    pytest.importorskip("matplotlib")
+    done = cli("+task=regression", "train.max_steps=2", "hydra.run.dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "drawn in the background" in done.stdout + done.stderr
+    assert wait_for_file(tmp_path / "run" / "curves.png")
