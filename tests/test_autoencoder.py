@@ -74,6 +74,7 @@ def test_val_loss_is_the_per_pixel_mse_of_the_whole_validation_split(tmp_path: P
     assert (tmp_path / "reconstructions.png").is_file()
 
 
+@pytest.mark.e2e
 def test_denoising_logs_the_denoising_error(tmp_path: Path) -> None:
     history = run(config("task.noise=0.3", "train.epochs=5"), tmp_path)
     assert {"loss", "val_loss", "val_denoise_mse"} <= set(history[-1])
@@ -82,12 +83,14 @@ def test_denoising_logs_the_denoising_error(tmp_path: Path) -> None:
     assert (tmp_path / "reconstructions.png").is_file()
 
 
+@pytest.mark.e2e
 def test_conv_arch_trains(tmp_path: Path) -> None:
     history = run(config("task.arch=conv", "task.channels=4", "train.epochs=2"), tmp_path)
     assert history[-1]["val_loss"] < history[0]["val_loss"]
     assert (tmp_path / "reconstructions.png").is_file()
 
 
+@pytest.mark.e2e
 def test_user_images_and_vectors(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     # Images 0-255 as (n, 1, h, w) with a non-square, odd size: scaled to [0, 1], conv works.
@@ -104,6 +107,7 @@ def test_user_images_and_vectors(tmp_path: Path) -> None:
     assert (tmp_path / "b" / "reconstructions.png").is_file()
 
 
+@pytest.mark.e2e
 def test_runs_are_reproducible(tmp_path: Path) -> None:
     first = run(config("train.epochs=1", "task.noise=0.1"), tmp_path / "a")
     second = run(config("train.epochs=1", "task.noise=0.1"), tmp_path / "b")

@@ -43,8 +43,8 @@ NOT_RUNNABLE = {
 
 
 def presets() -> list[str]:
-    """The shipped presets: each search, algo, task and experiment config."""
-    groups = ("search", "algo", "task", "experiment")
+    """The shipped presets: each search, algo, task, experiment and debug config."""
+    groups = ("search", "algo", "task", "experiment", "debug")
     return sorted(
         str(p.relative_to(ROOT)) for group in groups for p in (ROOT / "conf" / group).glob("*.yaml")
     )

@@ -53,6 +53,8 @@ def check_fast_run(done, run_dir: Path) -> None:
     assert not (run_dir / "curves.png").exists()  # and the plots
 
 
+@pytest.mark.runs("conf/debug/fast.yaml")
+@pytest.mark.e2e
 @pytest.mark.parametrize("task", available("task"))
 def test_debug_fast_runs_every_shipped_task_end_to_end(tmp_path, task, record_property):
     done, wall, cpu = timed_cli(f"+task={task}", "+debug=fast", "hydra.run.dir=run", cwd=tmp_path)
@@ -61,6 +63,7 @@ def test_debug_fast_runs_every_shipped_task_end_to_end(tmp_path, task, record_pr
     check_fast_run(done, tmp_path / "run")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("kind", ["supervised", "rl"])
 def test_debug_fast_runs_a_scaffolded_task_of_ones_own(tmp_path, kind, record_property):
     made = cli("mine", "--kind", kind, cwd=tmp_path, module="beyondfit.new")
@@ -72,11 +75,14 @@ def test_debug_fast_runs_a_scaffolded_task_of_ones_own(tmp_path, kind, record_pr
     check_fast_run(done, tmp_path / "run")
 
 
+@pytest.mark.e2e
 def test_the_debug_group_lists_its_presets():
     assert available("debug") == ["anomaly", "fast", "overfit", "profile"]
     assert (CONF_DIR / "debug" / "fast.yaml").read_text().startswith("# @package _global_")
 
 
+@pytest.mark.runs("conf/debug/overfit.yaml")
+@pytest.mark.e2e
 @pytest.mark.parametrize("task", ["regression", "autoencoder"])
 def test_debug_overfit_drives_the_loss_below_1e_3(tmp_path, task):
     done = cli(f"+task={task}", "+debug=overfit", "hydra.run.dir=run", cwd=tmp_path)
@@ -110,6 +116,8 @@ def build(seed: int = 0, shift: float = 0.0):
 '''
 
 
+@pytest.mark.runs("conf/debug/anomaly.yaml")
+@pytest.mark.e2e
 def test_debug_anomaly_names_the_operation_and_the_line_of_a_planted_nan(tmp_path):
     (tmp_path / "nanmod.py").write_text(USER_TASK)
     (tmp_path / "conf" / "task").mkdir(parents=True)
@@ -128,6 +136,7 @@ def test_debug_anomaly_names_the_operation_and_the_line_of_a_planted_nan(tmp_pat
     assert f"nanmod.py:{lineno} in loss_fn: return torch.log(err - shift)" in line
 
 
+@pytest.mark.e2e
 def test_detect_anomaly_names_the_backward_operation_of_a_nan_gradient():
     def loss_fn(model, batch):
         x, _ = batch
@@ -147,6 +156,8 @@ def test_detect_anomaly_names_the_backward_operation_of_a_nan_gradient():
     assert healthy.fit([(x, y)], verbose=False)
 
 
+@pytest.mark.runs("conf/debug/profile.yaml")
+@pytest.mark.e2e
 def test_debug_profile_writes_a_trace_and_prints_the_table(tmp_path):
     done = cli("+task=regression", "+debug=profile", "hydra.run.dir=run", cwd=tmp_path)
     out = done.stdout + done.stderr
@@ -160,6 +171,7 @@ def test_debug_profile_writes_a_trace_and_prints_the_table(tmp_path):
         assert f"  {phase}  " in out
 
 
+@pytest.mark.e2e
 def test_step_profiler_from_python_accounts_for_each_phase(tmp_path):
     x, y = sum_data(256)
     batches = [(x[i:i + 16], y[i:i + 16]) for i in range(0, 256, 16)]
@@ -177,6 +189,7 @@ def test_step_profiler_from_python_accounts_for_each_phase(tmp_path):
     assert all(not u.optimizer._optimizer_step_pre_hooks for u in engine.updates)
 
 
+@pytest.mark.e2e
 def test_a_profile_window_longer_than_the_run_reports_what_it_saw(tmp_path, caplog):
     x, y = sum_data(64)
     profiler = StepProfiler(tmp_path / "prof", steps=50)

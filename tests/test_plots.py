@@ -47,6 +47,7 @@ def config(*overrides: str):
         return compose(config_name="config", overrides=["+task=regression", *overrides])
 
 
+@pytest.mark.e2e
 def test_a_regression_run_ends_with_a_valid_curves_png(tmp_path: Path) -> None:
     run(config("train.epochs=3", "progress.bar=false"), tmp_path)
     assert wait_for_file(tmp_path / "curves.png")  # drawn in a separate process

@@ -123,6 +123,7 @@ def test_fp16_with_accumulation_unscales_once_per_step() -> None:
     assert engine.global_step == 2 and history[-1]["overflow_steps"] == 0.0
 
 
+@pytest.mark.e2e
 def test_precision_from_the_command_line_config(tmp_path) -> None:
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose(config_name="config", overrides=[

@@ -6,6 +6,8 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from kit import ROOT, cli
 
 SECTION = "## The research loop: debug runs, profiling, notebooks"
@@ -22,6 +24,12 @@ def only_run(outputs: Path) -> Path:
     return run.parent
 
 
+@pytest.mark.e2e
+@pytest.mark.runs("python -m beyondfit +task=cartpole +debug=fast",
+                  "python -m beyondfit --config-dir conf +task=my_task +debug=fast "
+                  "debug.anomaly=true",
+                  "python -m beyondfit +task=autoencoder +debug=overfit",
+                  "python -m beyondfit +task=regression +debug=profile")
 def test_the_readme_research_loop_commands_run_as_typed(tmp_path: Path) -> None:
     commands = readme_commands()
     assert [c[:3] for c in commands] == [["python", "-m", "beyondfit"],

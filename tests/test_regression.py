@@ -75,6 +75,7 @@ def test_training_starts_at_least_squares_and_can_run_every_epoch(tmp_path: Path
     assert len(history) == 3
 
 
+@pytest.mark.e2e
 def test_user_csv_and_npz_files_train(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(120, 3)).astype(np.float32)

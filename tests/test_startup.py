@@ -33,6 +33,7 @@ def torch_modules(names: set[str]) -> list[str]:
     return sorted(n for n in names if n == "torch" or n.startswith("torch."))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "status", "says"),
     [
@@ -53,6 +54,7 @@ def test_help_and_mistakes_answer_without_importing_torch(tmp_path, args, status
     assert not (tmp_path / "outputs").exists()  # and no run directory was made
 
 
+@pytest.mark.e2e
 def test_a_single_run_composes_its_config_once_and_says_its_training_time(tmp_path):
     probe = textwrap.dedent(
         f"""
@@ -81,6 +83,7 @@ def test_a_single_run_composes_its_config_once_and_says_its_training_time(tmp_pa
     assert "2 optimizer steps in " in summary and "s of training (" in summary
 
 
+@pytest.mark.e2e
 def test_the_mode_is_probed_when_a_config_or_the_command_line_may_ask_for_a_multirun(tmp_path):
     assert mode_is_known(["+task=regression", "seed=1"], [])
     assert not mode_is_known(["-m", "+task=regression", "seed=0,1"], [])
@@ -94,6 +97,7 @@ def test_the_mode_is_probed_when_a_config_or_the_command_line_may_ask_for_a_mult
     assert not mode_is_known(["--config-dir", str(tmp_path), "+experiment=sweep"], [tmp_path])
 
 
+@pytest.mark.e2e
 def test_a_config_that_asks_for_a_multirun_still_runs_one(tmp_path):
     """A user's experiment that sets ``hydra.mode: MULTIRUN`` sweeps, as Hydra would."""
     conf = tmp_path / "conf" / "experiment"
@@ -117,6 +121,7 @@ def test_a_config_that_asks_for_a_multirun_still_runs_one(tmp_path):
     assert sorted(p.name for p in (tmp_path / "sweep").iterdir() if p.is_dir()) == ["0", "1"]
 
 
+@pytest.mark.e2e
 def test_curves_are_drawn_in_a_separate_process_that_writes_the_whole_png(tmp_path):
     pytest.importorskip("matplotlib")
     from beyondfit.observers.plots import CurvesPlot
@@ -132,6 +137,7 @@ def test_curves_are_drawn_in_a_separate_process_that_writes_the_whole_png(tmp_pa
     assert plot.wait() is True  # nothing pending
 
 
+@pytest.mark.e2e
 def test_a_command_line_run_returns_before_its_curves_are_drawn_and_they_still_appear(tmp_path):
     pytest.importorskip("matplotlib")
     done = cli("+task=regression", "train.max_steps=2", "hydra.run.dir=run", cwd=tmp_path)

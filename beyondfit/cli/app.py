@@ -3,9 +3,8 @@
 Hydra composes the config; :func:`beyondfit.cli.run.run` does the rest. Mistakes a user can
 make come out as one line on stderr and exit status 2, never a traceback.
 
-Everything up to the job itself is torch-free: ``--help``, a misspelt task or a bad override
-answer in a fraction of a second, and torch (1-2 s to import) loads only for a run
-(``tests/test_startup.py`` holds this).
+Up to the job itself all is torch-free: ``--help``, a misspelt task or a bad override answer
+at once; torch loads only for a run (``tests/test_startup.py`` holds this).
 """
 
 from __future__ import annotations
