@@ -112,6 +112,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
         **options,
     )
     if cfg.get("resume"):
+        engine.train_data = task.train_data  # its saved position is checked with the rest
         resume_engine(engine, cfg)
     try:
         with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import field_problem
 
 
 class TensorBatches:
@@ -107,6 +108,13 @@ class TensorBatches:
     def state_dict(self) -> dict[str, int]:
         """The pass and position to continue from."""
         return {"pass": self._pass, "position": self._position, "seed": self.seed}
+
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        problem = field_problem(state, {"pass": "count", "position": "count", "seed": "count"})
+        if problem is None and state.get("position", 0) > len(self):
+            problem = f"position={state['position']!r} is beyond the {len(self)} batches of a pass"
+        return problem
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue from a :meth:`state_dict`."""

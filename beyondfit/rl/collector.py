@@ -25,6 +25,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import field_problem
 from beyondfit.rl.envs import action_converter, observation_converter
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
@@ -376,6 +377,16 @@ class RolloutCollector:
         if self._pending_moments is not None:
             state["pending_obs_moments"] = self._pending_moments.cpu()
         return state
+
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        problem = field_problem(state, {"env_steps": "count", "rollouts": "count",
+                                        "generator": "tensor_or_none",
+                                        "pending_obs_moments": "tensor_or_none"})
+        generator = state.get("generator") if problem is None else None
+        if generator is not None and generator.dtype != torch.uint8:
+            problem = f"generator is a {generator.dtype} tensor, not a generator state"
+        return problem
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and generator; the envs restart episodes on the next iteration."""
