@@ -22,6 +22,7 @@ from omegaconf import DictConfig
 
 from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
+from beyondfit.cli.interpolation import check_interpolations
 from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
 from beyondfit.cli.run import (
     CONF_DIR,
@@ -52,6 +53,8 @@ def fail(message: str) -> None:
 _OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
 
 
+#: The config groups the command line picks from.
+_GROUPS = ("task", "optimizer", "scheduler", "experiment", "logger", "search", "algo")
 _GROUP_HOW = {
     "optimizer": "optimizer=NAME",
     "algo": "algo=NAME",
@@ -99,10 +102,17 @@ def check_choices(args: list[str]) -> None:
         if not sep:
             continue
         group = key.lstrip("+~")
+        empty = not value.strip().strip("'\"")
+        if empty and group in ("hydra.run.dir", "hydra.sweep.dir"):
+            fail(f"{group} is empty: a run would write into the directory you launched in; give "
+                 f"it a directory, e.g. {group}=runs/a")
+        if empty and not key.startswith("~") and group in _GROUPS:
+            how = _GROUP_HOW.get(group, f"+{group}=NAME")
+            fail(f"{arg!r} names no {group}; pick one with {how} (available: "
+                 f"{', '.join(available(group, dirs))})")
         if group in ("task", "experiment", "search"):  # a search preset picks its task
             picked_task = True
-        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
-                         "algo"):
+        if group not in _GROUPS:
             continue
         options = available(group, dirs)
         # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
@@ -132,7 +142,30 @@ def check_choices(args: list[str]) -> None:
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: DictConfig) -> float | None:
-    """One job; in a search (an optimizing sweeper such as Optuna's), return its objective."""
+    """One job; in a search (an optimizing sweeper such as Optuna's), return its objective.
+
+    A value that fails only when the job reads it (an interpolation that cannot resolve, a
+    resolver that raises, a value of the wrong type) is one line naming the key here, before
+    Hydra's "Error executing job" line; in a grid sweep that job fails alone.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        check_interpolations(cfg)
+    except BeyondfitError as exc:
+        if not job_failed(str(exc)):
+            fail(str(exc))
+        return None
+    try:
+        return _job(cfg)
+    except OmegaConfBaseException as exc:
+        line = config_error_line(exc) or " ".join(str(exc).split())
+        if not job_failed(line):
+            fail(line)
+        return None
+
+
+def _job(cfg: DictConfig) -> float | None:
     # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
     cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
     search = searching()

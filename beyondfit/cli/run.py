@@ -32,10 +32,14 @@ from beyondfit.cli.schema import check_config  # also registers the schema confi
 from beyondfit.core.callbacks import Callback, StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.core.seeding import seed_everything
 from beyondfit.distributed import resolve_strategy
 from beyondfit.observers import MetricsFile
 from beyondfit.observers.tracking import end_trackers
+
+#: The most intra-op threads a run may ask for (far more than any machine's cores).
+MAX_THREADS = 1024
 
 log = logging.getLogger("beyondfit")
 
@@ -79,6 +83,9 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
+        # Far more threads than any machine has cores crash inside torch (no message).
+        check_number("threads", cfg.threads, integer=True, at_least=1, at_most=MAX_THREADS,
+                     example="threads=4")
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)

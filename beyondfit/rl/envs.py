@@ -28,6 +28,10 @@ def missing_dependency(spec: gym.envs.registration.EnvSpec, exc: Exception) -> B
                           f"{how}")
 
 
+#: The most env copies a vector env may hold: each is a Python object stepped in turn, and the
+#: rollout buffers grow with them (1e8 copies ask for tens of GB before the first step).
+MAX_ENVS = 65536
+
 #: A Gymnasium wrapper factory: ``env -> wrapped env`` (a wrapper class, or a partial of one).
 WrapperFn = Callable[[gym.Env], gym.Env]
 
@@ -72,9 +76,10 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     envs, subprocesses cost more than they save. ``wrappers`` apply to each copy, in order. The
     envs are not reset here; the caller seeds them on its first reset.
     """
-    if not isinstance(num_envs, int) or num_envs <= 0:
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or not 0 < num_envs <= MAX_ENVS:
         raise BeyondfitError(
-            f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8"
+            f"task.num_envs={num_envs!r} must be a whole number from 1 to {MAX_ENVS}, e.g. "
+            "task.num_envs=8"
         )
     spec = env_spec(env_id)
     wrappers = list(wrappers)
