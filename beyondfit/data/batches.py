@@ -7,6 +7,7 @@ hand-written DataLoader loop.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -15,6 +16,10 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state_checks import field_problem
+
+log = logging.getLogger("beyondfit")
+#: Fewer validation rows than this get a warning: their scores say little.
+MIN_VAL_ROWS = 10
 
 
 class TensorBatches:
@@ -135,4 +140,9 @@ def split(
         raise BeyondfitError(f"the data has {n} row(s); at least 2 are needed for a split")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
     n_val = min(max(1, round(n * val_fraction)), n - 1)
+    if n_val < MIN_VAL_ROWS:
+        log.warning(
+            "validation on %d row(s) of %d: scores on so few rows are noise (an R2 on one row "
+            "can be -1e11); give more rows, or a larger task.val_fraction", n_val, n,
+        )
     return order[n_val:], order[:n_val]
