@@ -6,13 +6,13 @@ make come out as one line on stderr and exit status 2, never a traceback.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,12 +22,11 @@ from omegaconf import DictConfig
 
 from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
+from beyondfit.cli.choices import check_choices, fail
 from beyondfit.cli.interpolation import check_interpolations
 from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
 from beyondfit.cli.run import (
     CONF_DIR,
-    available,
-    no_task_message,
     objective,
     objective_settings,
     run,
@@ -35,109 +34,8 @@ from beyondfit.cli.run import (
 )
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
-from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError, one_line_warning
 from beyondfit.distributed import init_process_group, launch_env, shutdown
-
-# Flags with which Hydra prints something instead of running a job.
-_INFO_FLAGS = (
-    "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
-)  # fmt: skip
-
-
-def fail(message: str) -> None:
-    """Print one line and exit with status 2."""
-    print(f"beyondfit: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
-
-
-#: The config groups the command line picks from.
-_GROUPS = ("task", "optimizer", "scheduler", "experiment", "logger", "search", "algo")
-_GROUP_HOW = {
-    "optimizer": "optimizer=NAME",
-    "algo": "algo=NAME",
-    "scheduler": "scheduler=NAME",
-    "logger": "logger=[NAME,...] or +logger=NAME",
-}
-
-
-def user_config_dirs(args: list[str]) -> list[Path]:
-    """The config directories the user adds: ``--config-dir DIR`` (``-cd``) and the
-    ``file://`` entries of ``hydra.searchpath=[...]``; exits with one line if one is missing."""
-    found: list[tuple[str, str]] = []
-    for i, arg in enumerate(args):
-        flag, sep, value = arg.partition("=")
-        if flag in ("--config-dir", "-cd"):
-            if not sep:
-                value = args[i + 1] if i + 1 < len(args) else ""
-            found.append((f"--config-dir {value}", value))
-        elif flag.lstrip("+") == "hydra.searchpath":
-            for entry in value.strip().strip("[]").split(","):
-                entry = entry.strip().strip("'\"")
-                if entry.startswith("file://"):
-                    found.append((f"hydra.searchpath entry {entry}", entry[len("file://"):]))
-    dirs = []
-    for where, value in found:
-        path = Path(value).expanduser().absolute()
-        if not value or not path.is_dir():
-            fail(f"{where}: no such directory ({path}); give the directory that holds "
-                 "task/NAME.yaml, e.g. --config-dir conf")
-        dirs.append(path)
-    return dirs
-
-
-def check_choices(args: list[str]) -> None:
-    """Catch an unknown or missing task/optimizer/algo before Hydra starts (and makes a run dir).
-
-    The options are the shipped configs' and those of the user's config directories.
-    """
-    if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
-        return
-    dirs = user_config_dirs(args)
-    picked_task = False
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            continue
-        group = key.lstrip("+~")
-        empty = not value.strip().strip("'\"")
-        if empty and group in ("hydra.run.dir", "hydra.sweep.dir"):
-            fail(f"{group} is empty: a run would write into the directory you launched in; give "
-                 f"it a directory, e.g. {group}=runs/a")
-        if empty and not key.startswith("~") and group in _GROUPS:
-            how = _GROUP_HOW.get(group, f"+{group}=NAME")
-            fail(f"{arg!r} names no {group}; pick one with {how} (available: "
-                 f"{', '.join(available(group, dirs))})")
-        if group in ("task", "experiment", "search"):  # a search preset picks its task
-            picked_task = True
-        if group not in _GROUPS:
-            continue
-        options = available(group, dirs)
-        # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
-        for choice in value.split(","):
-            choice = choice.strip().strip("[]").strip()
-            if choice and choice not in options:
-                how = _GROUP_HOW.get(group, f"+{group}=NAME")
-                if group == "logger":  # the loggers are built in, not configs of one's own
-                    mine = ""
-                elif dirs:
-                    where = " and ".join(str(d / group) for d in dirs)
-                    mine = f"; looked for {choice}.yaml in {where} and beyondfit's own"
-                else:
-                    mine = f"; your own: DIR/{group}/{choice}.yaml with --config-dir DIR"
-                fail(
-                    f"unknown {group} {choice!r}; available: {', '.join(options)} "
-                    f"(pick with {how}{mine})"
-                )
-        if group == "search" and importlib.util.find_spec(_OPTUNA_SWEEPER) is None:
-            fail(
-                "+search=NAME runs an Optuna search through hydra-optuna-sweeper, which is not "
-                'installed; pip install "beyondfit[search]"'
-            )
-    if not picked_task:
-        fail(no_task_message(dirs))
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
@@ -303,10 +201,17 @@ def main() -> None:
         _main()
     except KeyboardInterrupt:
         interrupted()
+    finally:
+        # Done, failed or interrupted: a Ctrl-C while Python shuts down (atexit hooks, torch's
+        # finalizers) exits with 130 at once instead of a traceback from inside them.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
 def interrupted() -> None:
     """The one line and exit status of a Ctrl-C outside training."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))  # a third one: at once
     print("\nbeyondfit: interrupted (SIGINT)", file=sys.stderr)
     sys.exit(130)
 
@@ -319,6 +224,7 @@ def _main() -> None:
         return
     # A task's _target_ (mymod.build) is a module of the launch directory: importable through
     # the console script too, whose sys.path starts with its own bin directory instead.
+    warnings.formatwarning = one_line_warning  # e.g. Gymnasium's env checker, then an error
     launch_dir = os.getcwd()
     if launch_dir not in sys.path:
         sys.path.insert(0, launch_dir)

@@ -26,7 +26,12 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state_checks import field_problem
-from beyondfit.rl.envs import action_converter, observation_converter
+from beyondfit.rl.envs import (
+    action_converter,
+    check_rewards,
+    env_error,
+    observation_converter,
+)
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
@@ -209,7 +214,10 @@ class RolloutCollector:
         if self._next_obs is None:
             # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
             # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
-            self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
+            try:
+                self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
+            except Exception as exc:  # the env's own code, or its reset breaks the API
+                raise env_error(self.envs, "reset", exc) from None
             n = self.envs.num_envs
             self._prev_done = np.zeros(n, dtype=bool)
             self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -258,13 +266,17 @@ class RolloutCollector:
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
         log_probs, next_obs = self.old_log_prob, self._next_obs
         with torch.inference_mode():
-            for _ in range(T):
+            for t in range(T):
                 obs = to_obs(next_obs)
                 out = policy(obs)
                 action = policy.draw(out, generator=gen)
                 if log_probs:
                     out_steps.append(out)
-                next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                try:  # free in Python 3.11 unless it raises
+                    next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                except Exception as exc:
+                    where = f"step at env step {self.env_steps + t * N}"
+                    raise env_error(envs, where, exc) from None
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)
@@ -283,6 +295,7 @@ class RolloutCollector:
             if log_probs:
                 logp = policy.log_prob(torch.cat(out_steps), actions.flatten(0, 1))
         rewards = np.stack(reward_steps).astype(np.float32, copy=False)
+        check_rewards(rewards, envs, self.env_steps)  # one NumPy call per rollout
         terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
         done = terminated | truncated
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.

@@ -124,6 +124,33 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     return envs
 
 
+def env_error(envs: VectorEnv | str, where: str, exc: BaseException) -> BeyondfitError:
+    """The one line for an env that broke Gymnasium's API (or raised) ``where`` it ran."""
+    env_id = envs if isinstance(envs, str) else getattr(getattr(envs, "spec", None), "id", "?")
+    if isinstance(exc, BeyondfitError):
+        return exc
+    reason = " ".join(str(exc).split())[:200] or "no message"
+    return BeyondfitError(
+        f"env {env_id!r} failed in {where} ({type(exc).__name__}: {reason}); Gymnasium's API: "
+        "reset() returns (observation, info), step(action) returns (observation, reward, "
+        "terminated, truncated, info), observations of the observation space's shape"
+    )
+
+
+def check_rewards(rewards: np.ndarray, envs: VectorEnv | str, first_step: int) -> None:
+    """Raise naming the env step of the first reward that is NaN, infinite or beyond float32
+    (``rewards``: ``(T, N)`` as float32, stepped from env step ``first_step``)."""
+    bad = np.flatnonzero(~np.isfinite(rewards))
+    if len(bad):
+        t, i = divmod(int(bad[0]), rewards.shape[1])
+        env_id = envs if isinstance(envs, str) else getattr(getattr(envs, "spec", None), "id", "?")
+        raise BeyondfitError(
+            f"env {env_id!r} returned reward {rewards[t, i]} at env step "
+            f"{first_step + t * rewards.shape[1] + i} (copy {i}); rewards must be finite "
+            "float32 numbers: clip or rescale the env's reward"
+        )
+
+
 def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:
     """Return a fast function mapping a batch of policy actions to what ``envs.step`` accepts.
 
