@@ -19,8 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback, overrides
-from beyondfit.core.checks import check_evaluator_result, check_model, check_optimizers
 from beyondfit.core.console import ConsoleLogger, progress_callback, visible_logs
 from beyondfit.core.device import move_to_device
 from beyondfit.core.errors import BeyondfitError, no_train_batches, no_val_batches
@@ -116,9 +116,7 @@ class Engine(TrainingStep, Checkpointable):
         track_grad_norm: bool = False,
         strategy: str | Strategy = "auto",
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        check_model(model)  # no meta tensors
+        guards.model(model)  # a module, without meta tensors
         for name, value in (("accumulate", accumulate), ("log_every", log_every),
                             ("max_skips", max_skips)):
             check_number(name, value, integer=True, at_least=1)
@@ -138,7 +136,7 @@ class Engine(TrainingStep, Checkpointable):
         for update in updates:  # a factory without params trains the model, if it is alone
             update.bind(trainable if len(updates) == 1 else None)
         check_disjoint(updates)
-        check_optimizers(self.model, updates)  # each holds some of the model's parameters
+        guards.optimizers(self.model, updates)  # each holds some of the model's parameters
         self.updates: list[Update] = updates
         self._single = len(updates) == 1
         self.params = [p for u in updates for p in u.params]
@@ -181,7 +179,6 @@ class Engine(TrainingStep, Checkpointable):
         self._consecutive_skips = 0
         self._warned_foreign = False
         self._resumed = False  # the next fit continues a loaded run (its totals count)
-        self._fitting = False  # inside fit: a second, re-entrant fit is refused
         self.should_stop = False
         self.stopped_by: str | None = None
         # Set (to e.g. "SIGINT") by a callback that must stop *now*: fit then leaves the
@@ -199,6 +196,7 @@ class Engine(TrainingStep, Checkpointable):
             self.callbacks.append(callback)
 
     # ------------------------------------------------------------------ the loop
+    @guards.not_reentrant
     def fit(
         self,
         train_data: Iterable[Any],
@@ -233,9 +231,6 @@ class Engine(TrainingStep, Checkpointable):
             The history: one dict of floats per epoch (train means, ``lr``, ``val_``
             values, ``epoch`` and ``step``).
         """
-        if self._fitting:
-            raise BeyondfitError("fit was called while this engine's fit is running (from a "
-                                 "callback?); stop it with engine.should_stop = True instead")
         check_number("epochs", epochs, integer=True, at_least=1, allow_none=True)
         check_number("max_steps", max_steps, integer=True, at_least=1, allow_none=True)
         check_number("eval_every", eval_every, integer=True, at_least=1, allow_none=True)
@@ -268,12 +263,10 @@ class Engine(TrainingStep, Checkpointable):
             added = progress_callback(epochs, bar=verbose if verbose == "auto" else True,
                                       max_steps=max_steps)
             self.callbacks.append(added)
-        self._fitting = True
         try:
             with visible_logs() if added is not None else contextlib.nullcontext():
                 return self._fit(train_data, epochs, max_steps, val_data, eval_every)
         finally:
-            self._fitting = False
             if added is not None:
                 self.callbacks.remove(added)
 
@@ -428,8 +421,7 @@ class Engine(TrainingStep, Checkpointable):
             with torch.inference_mode():
                 if callable(data) and not isinstance(data, Iterable):
                     with self.precision.autocast():
-                        raw = self.strategy.reduce_mapping(
-                            check_evaluator_result(data(self.eval_model)))
+                        raw = self.strategy.reduce_mapping(guards.scores(data(self.eval_model)))
                 else:
                     for batch in self.strategy.shard_eval(data):
                         self.test_step(batch)

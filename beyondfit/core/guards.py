@@ -1,19 +1,26 @@
 """Checks of what the Python API hands the engine, each a one-line :class:`BeyondfitError`:
-an optimizer that would train nothing, a model on the meta device, an evaluator's result."""
+an optimizer that would train nothing, a model on the meta device, a ``fit`` called from
+inside ``fit``, an evaluator's result. The engine calls them as ``guards.NAME``."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 
+Method = TypeVar("Method", bound=Callable[..., Any])
 
-def check_model(model: nn.Module) -> None:
-    """Refuse a model whose tensors are on the meta device: they hold no values."""
+
+def model(model: Any) -> None:
+    """Refuse what is not a module, and a model whose tensors are on the meta device: they
+    hold no values."""
+    if not isinstance(model, nn.Module):
+        raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     meta = [name for name, t in [*model.named_parameters(), *model.named_buffers()]
             if t.is_meta]
     if meta:
@@ -24,7 +31,7 @@ def check_model(model: nn.Module) -> None:
         )
 
 
-def check_optimizers(model: nn.Module, updates: Sequence[Any]) -> None:
+def optimizers(model: nn.Module, updates: Sequence[Any]) -> None:
     """Refuse an optimizer that holds none of the model's parameters: it would step tensors
     the loss never reaches, leaving the model unchanged while its gradients accumulate."""
     owned = {id(p) for p in model.parameters()}
@@ -42,7 +49,28 @@ def check_optimizers(model: nn.Module, updates: Sequence[Any]) -> None:
             )
 
 
-def check_evaluator_result(raw: Any) -> Mapping[str, Any]:
+def not_reentrant(method: Method) -> Method:
+    """Refuse a call of ``method`` (``fit``) while the same engine is inside it (a callback
+    calling fit): the inner run would reshard the data and reset the counters under the
+    outer one."""
+
+    @functools.wraps(method)
+    def guarded(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(engine, "_fitting", False):
+            raise BeyondfitError(
+                f"{method.__name__} was called while this engine's {method.__name__} is running "
+                "(from a callback?); stop it with engine.should_stop = True instead"
+            )
+        engine._fitting = True
+        try:
+            return method(engine, *args, **kwargs)
+        finally:
+            engine._fitting = False
+
+    return guarded  # type: ignore[return-value]
+
+
+def scores(raw: Any) -> Mapping[str, Any]:
     """An evaluator ``evaluator(model)`` must return ``{name: number or scalar tensor}``."""
     if not isinstance(raw, Mapping):
         raise BeyondfitError(
