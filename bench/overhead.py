@@ -44,7 +44,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Sampler, TensorDataset
 
 from beyondfit import Callback, Engine, TensorBatches
-from beyondfit.observers import ConsoleLogger
+from beyondfit.core.console import ConsoleLogger
 
 LR = 1e-3
 CLIP_NORM = 1.0

@@ -35,60 +35,48 @@ if _starting_the_command_line():
     # a KeyboardInterrupt there would be a traceback. beyondfit.__main__ takes over.
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
-# Each public name and the module that defines it.
+# Each public name and the module that defines it (its one home; this is its one re-export).
+# Everything else is imported from its own module: beyondfit.core.device, .checkpoint.interrupt,
+# .observers.files, .core.console, ...
 _EXPORTS = {
-    "BeyondfitError": "beyondfit.core",
-    "Callback": "beyondfit.core",
-    "EarlyStopping": "beyondfit.core",
-    "Engine": "beyondfit.core",
-    "StopRule": "beyondfit.core",
-    "Update": "beyondfit.core",
-    "move_to_device": "beyondfit.core",
-    "resolve_device": "beyondfit.core",
-    "seed_everything": "beyondfit.core",
-    "Checkpointer": "beyondfit.checkpoint",
-    "GracefulInterrupt": "beyondfit.checkpoint",
-    "resume": "beyondfit.checkpoint",
-    "TensorBatches": "beyondfit.data",
-    "ConsoleLogger": "beyondfit.observers",
-    "CsvFile": "beyondfit.observers",
-    "MetricsFile": "beyondfit.observers",
-    "Task": "beyondfit.tasks",
+    "Engine": "beyondfit.core.engine",
+    "Update": "beyondfit.core.update",
+    "Callback": "beyondfit.core.callbacks",
+    "StopRule": "beyondfit.core.callbacks",
+    "EarlyStopping": "beyondfit.core.early_stopping",
+    "BeyondfitError": "beyondfit.core.errors",
+    "seed_everything": "beyondfit.core.seeding",
+    "TensorBatches": "beyondfit.data.batches",
+    "Task": "beyondfit.tasks.contract",
+    "MetricsFile": "beyondfit.observers.files",
+    "Checkpointer": "beyondfit.checkpoint.checkpointer",
+    "resume": "beyondfit.checkpoint.resume",
 }
 
 if TYPE_CHECKING:
-    from beyondfit.checkpoint import Checkpointer, GracefulInterrupt, resume
-    from beyondfit.core import (
-        BeyondfitError,
-        Callback,
-        EarlyStopping,
-        Engine,
-        StopRule,
-        Update,
-        move_to_device,
-        resolve_device,
-        seed_everything,
-    )
-    from beyondfit.data import TensorBatches
-    from beyondfit.observers import ConsoleLogger, CsvFile, MetricsFile
-    from beyondfit.tasks import Task
+    from beyondfit.checkpoint.checkpointer import Checkpointer
+    from beyondfit.checkpoint.resume import resume
+    from beyondfit.core.callbacks import Callback, StopRule
+    from beyondfit.core.early_stopping import EarlyStopping
+    from beyondfit.core.engine import Engine
+    from beyondfit.core.errors import BeyondfitError
+    from beyondfit.core.seeding import seed_everything
+    from beyondfit.core.update import Update
+    from beyondfit.data.batches import TensorBatches
+    from beyondfit.observers.files import MetricsFile
+    from beyondfit.tasks.contract import Task
 
 __all__ = [
     "BeyondfitError",
     "Callback",
     "Checkpointer",
-    "ConsoleLogger",
-    "CsvFile",
     "EarlyStopping",
     "Engine",
-    "GracefulInterrupt",
     "MetricsFile",
     "StopRule",
     "Task",
     "TensorBatches",
     "Update",
-    "move_to_device",
-    "resolve_device",
     "resume",
     "seed_everything",
 ]

@@ -82,18 +82,64 @@ def mlp(
     return MLP(*layers)
 
 
+class PiecewiseLinear(nn.Module):
+    """Each input, followed by a piecewise-linear code of it over bins of its training quantiles.
+
+    Bin ``t`` of a column with edges ``b_0 < ... < b_T`` reads ``clamp((x - b_t) / (b_{t+1} -
+    b_t), 0, 1)``, so a linear layer after it is any piecewise-linear function of the column: a
+    threshold, a step or a bump costs one weight instead of the many ReLU units an MLP needs
+    to carve one out of a raw number (Gorishniy et al., 2022, "On Embeddings for Numerical
+    Features in Tabular Deep Learning"). Columns with two distinct values or fewer (one-hot
+    text, flags) pass through without a code. The edges are buffers: fixed, saved with the
+    weights.
+
+    Args:
+        x_train: the training inputs the quantiles come from, ``(rows, columns)``.
+        bins: at most this many bins per column (fewer where quantiles coincide).
+    """
+
+    def __init__(self, x_train: torch.Tensor, bins: int = 16) -> None:
+        super().__init__()
+        levels = torch.linspace(0, 1, bins + 1, dtype=torch.float64)
+        lower: list[torch.Tensor] = []
+        width: list[torch.Tensor] = []
+        column: list[torch.Tensor] = []
+        for j in range(x_train.shape[1]):
+            values = x_train[:, j].double()
+            if len(values.unique()) <= 2:
+                continue
+            edges = torch.quantile(values, levels).unique()
+            lower.append(edges[:-1])
+            width.append(edges.diff())
+            column.append(torch.full((len(edges) - 1,), j))
+        self.register_buffer("lower", torch.cat(lower).float() if lower else torch.zeros(0))
+        self.register_buffer("width", torch.cat(width).float() if width else torch.ones(0))
+        self.register_buffer("column", torch.cat(column) if column else torch.zeros(0, dtype=int))
+        self.n_out = x_train.shape[1] + len(self.lower)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The inputs, then every column's bin code."""
+        code = ((x[:, self.column] - self.lower) / self.width).clamp(0.0, 1.0)
+        return torch.cat([x, code], dim=1)
+
+
 class WideAndDeep(nn.Module):
     """A linear model plus an MLP: ``linear(x) + mlp(x)``, the MLP's last layer starting at zero.
 
     Training starts from a plain linear model and the MLP learns only what a linear model
     cannot, so on small tabular data it does not fall below least squares the way a bare
-    MLP can (Cheng et al., 2016, "Wide & Deep Learning").
+    MLP can (Cheng et al., 2016, "Wide & Deep Learning"). An ``encoder`` (e.g.
+    :class:`PiecewiseLinear`, whose ``n_out`` gives the MLP's input width) goes before the
+    MLP only: the linear path stays a linear model of the inputs.
     """
 
-    def __init__(self, n_in: int, hidden: Sequence[int], n_out: int, dropout: float = 0.0) -> None:
+    def __init__(self, n_in: int, hidden: Sequence[int], n_out: int, dropout: float = 0.0,
+                 encoder: nn.Module | None = None) -> None:
         super().__init__()
         self.linear = nn.Linear(n_in, n_out)
-        self.deep = mlp([n_in, *hidden, n_out], dropout=dropout)
+        self.encoder = encoder if encoder is not None else nn.Identity()
+        n_deep = int(getattr(encoder, "n_out", n_in))
+        self.deep = mlp([n_deep, *hidden, n_out], dropout=dropout)
         last = self.deep[-1]
         assert isinstance(last, nn.Linear)
         nn.init.zeros_(last.weight)
@@ -101,4 +147,4 @@ class WideAndDeep(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Sum of the linear and the MLP paths."""
-        return self.linear(x) + self.deep(x)
+        return self.linear(x) + self.deep(self.encoder(x))

@@ -1,6 +1,16 @@
-"""Shared test set-up: one CPU thread (tiny models run fastest and most repeatably on one), and
-the kit of ``tests/kit.py`` as fixtures."""
+"""Shared test set-up: one CPU thread (tiny models run fastest and most repeatably on one), the
+kit of ``tests/kit.py`` as fixtures, and the line between unit and end-to-end tests.
 
+A test that starts a process (a command line, torchrun, a vector env's workers), or runs an
+example or bench script the way its user does, is an end-to-end test and says so with
+``@pytest.mark.e2e`` (or a module's ``pytestmark``); any other test that starts a process
+fails, naming the mark. So the unit tests alone,
+``python -m pytest -m "not e2e and not slow" -n 2``, never wait for a process.
+"""
+
+import multiprocessing.process
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +22,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import kit` from an
 from kit import Recorder
 
 torch.set_num_threads(1)
+
+
+class StartsAProcess(BaseException):
+    """Raised (past ``except Exception``) when an unmarked test starts a process."""
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request: pytest.FixtureRequest,
+                                 monkeypatch: pytest.MonkeyPatch):
+    """Refuse processes in tests without the ``e2e`` mark (``slow`` runs are never unit runs:
+    they may start processes unmarked)."""
+    if any(request.node.get_closest_marker(m) is not None for m in ("e2e", "slow")):
+        yield
+        return
+    started: list[str] = []
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        started.append(repr(args[1:2])[:200])
+        raise StartsAProcess(f"{request.node.nodeid} starts a process: mark it "
+                             "@pytest.mark.e2e")
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse)
+    monkeypatch.setattr(os, "fork", refuse)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse)
+    yield
+    if started:
+        pytest.fail(f"this test starts a process ({started[0]}): mark it @pytest.mark.e2e")
 
 
 @pytest.fixture

@@ -1,20 +1,29 @@
-"""The shared test kit: a command-line runner, a tiny regression problem, a recording callback
-and a signal sender. Plain functions and classes (import them); ``conftest.py`` offers the
-recorder as a fixture too."""
+"""The shared test kit: command-line runners and the check of their one-line errors, a tiny
+regression problem and engine, the rows of a run's metrics file, a recording callback and a
+signal sender. Plain functions and classes (``from kit import ...``); ``conftest.py`` offers the
+recorder as a fixture too.
+
+Tests that start a process (a command line, torchrun, a vector env's workers) are end-to-end
+tests and carry ``@pytest.mark.e2e``; ``conftest.py`` fails any other test that starts one, so
+``python -m pytest -m "not e2e and not slow"`` stays the fast unit run.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 
-from beyondfit import Callback, Engine
+from beyondfit import Callback, Engine, TensorBatches
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +50,81 @@ def cli(
                           env=environ)
 
 
+# Run in a child by cli_batch: each argument list through main(), as `python -m beyondfit ARGS`.
+# BEYONDFIT_TEST_PATCH (optional) is Python run once before the cases (e.g. a full disk).
+_BATCH_CHILD = r"""
+import contextlib, io, json, os, sys, traceback
+exec(os.environ.get("BEYONDFIT_TEST_PATCH", ""))
+from hydra.core.global_hydra import GlobalHydra
+from beyondfit.cli.app import main
+results = []
+for args in json.loads(sys.stdin.read()):
+    GlobalHydra.instance().clear()
+    sys.argv = ["beyondfit", *args]
+    err, out = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        try:
+            main()
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 1
+        except BaseException:
+            code = "escaped"
+            traceback.print_exc(file=err)
+    results.append({"code": code, "stderr": err.getvalue(), "stdout": out.getvalue()})
+print("RESULTS " + json.dumps(results))
+"""
+
+
+def cli_batch(cases: list[list[str]], cwd: Path, patch: str = "") -> list[dict[str, Any]]:
+    """Run the real command line (``beyondfit.cli.app.main``) on many argument lists in one
+    child process, so each case costs its own work and not torch's and Hydra's import.
+
+    Each result holds the exit ``code``, ``stderr`` and ``stdout`` that ``python -m beyondfit
+    ARGS`` would give (for errors before or during a run; Ctrl-C needs real processes).
+    """
+    env = {**os.environ, "BEYONDFIT_TEST_PATCH": patch}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run([sys.executable, "-c", _BATCH_CHILD], input=json.dumps(cases),
+                          cwd=cwd, capture_output=True, text=True, timeout=900, env=env)
+    marker = [line for line in done.stdout.splitlines() if line.startswith("RESULTS ")]
+    assert marker, f"the child failed: {done.stderr[-3000:]}"
+    return json.loads(marker[-1][len("RESULTS "):])
+
+
+def one_line_exit_2(result: subprocess.CompletedProcess[str] | Mapping[str, Any], *needles: str,
+                    lines: int = 1) -> str:
+    """The command failed as a user's mistake should: exit status 2, ``lines`` short lines on
+    stderr (at most; the first ``beyondfit: error: ...``), no traceback anywhere, and every
+    needle in them. ``result``: a finished process, or a :func:`cli_batch` result."""
+    if isinstance(result, Mapping):
+        code, stderr, stdout = result["code"], result["stderr"], result["stdout"]
+    else:
+        code, stderr, stdout = result.returncode, result.stderr, result.stdout
+    shown = [line for line in stderr.splitlines() if line.strip()]
+    assert code == 2, (code, stdout[-2000:], stderr[-2000:])
+    assert "Traceback" not in stderr + stdout, stderr
+    assert 1 <= len(shown) <= lines, stderr
+    assert all(len(line) <= 400 for line in shown), stderr  # never a dump of a file's bytes
+    # The error line; a warning before it is on stderr too (diagnostics never go to stdout).
+    assert shown[0].startswith(("beyondfit: error: ", "WARNING: ")), stderr
+    assert shown[-1].startswith("beyondfit: error: "), stderr
+    for needle in needles:
+        assert needle in stderr, (needle, stderr)
+    return stderr
+
+
+def rows(run_dir: Path, *, timeless: bool = False) -> list[dict[str, Any]]:
+    """The rows of ``run_dir/metrics.jsonl``; ``timeless`` drops the wall-clock figures (which
+    differ between any two runs) so that two runs' rows compare equal."""
+    text = (run_dir / "metrics.jsonl").read_text()
+    found = [json.loads(line) for line in text.splitlines()]
+    if timeless:
+        clock = re.compile(r"time|per_s|sps|elapsed")
+        found = [{k: v for k, v in row.items() if not clock.search(k)} for row in found]
+    return found
+
+
 def sum_data(n: int = 128, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A tiny regression problem: ``y = x.sum(1)`` for Gaussian ``x`` of shape ``(n, d)``."""
     g = torch.Generator().manual_seed(seed)
@@ -52,6 +136,34 @@ def mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Ten
     """The plainest loss closure: mean squared error of ``model(x)`` against ``y``, in fp32."""
     x, y = batch
     return ((model(x).float() - y) ** 2).mean()
+
+
+def mlp(d_in: int = 4, hidden: int = 16, *, act: type[nn.Module] = nn.ReLU,
+        dropout: float = 0.0) -> nn.Sequential:
+    """A one-hidden-layer regressor ``d_in -> hidden -> 1``."""
+    layers: list[nn.Module] = [nn.Linear(d_in, hidden), act()]
+    if dropout:
+        layers.append(nn.Dropout(dropout))
+    return nn.Sequential(*layers, nn.Linear(hidden, 1))
+
+
+def sum_batches(n: int = 40, d: int = 4, *, square: bool = False, batch_size: int = 8
+                ) -> TensorBatches:
+    """:func:`sum_data` (of ``x**2`` when ``square``) as shuffled batches (data seed 0)."""
+    x, y = sum_data(n, d)
+    return TensorBatches(x, x.pow(2).sum(1, keepdim=True) if square else y,
+                         batch_size=batch_size, seed=0)
+
+
+def make_engine(model: Callable[[], nn.Module] = mlp, loss_fn: Callable[..., Any] = mse, *,
+                optimizer: Callable[..., torch.optim.Optimizer] = torch.optim.Adam,
+                lr: float = 1e-2, callbacks: Iterable[Callback] = (), **options: Any) -> Engine:
+    """A CPU engine, the same on every call: torch's seed 0, then ``model()`` and
+    ``optimizer(params, lr)``; ``options`` go to :class:`Engine`."""
+    torch.manual_seed(0)
+    net = model()
+    return Engine(net, loss_fn, optimizer(net.parameters(), lr), device="cpu",
+                  callbacks=list(callbacks), **options)
 
 
 class Recorder(Callback):
@@ -85,3 +197,21 @@ class SendSignal(Callback):
         """Send the signal once the engine has counted step ``at``."""
         if engine.global_step == self.at:
             os.kill(os.getpid(), self.signum)
+
+
+def readme_commands(text: str | None = None) -> list[str]:
+    """Every command line of the README's fenced bash blocks, as typed: comment lines dropped,
+    a trailing ``  # comment`` cut, backslash continuations joined with one space.
+
+    Tests that run one declare it with ``@pytest.mark.runs("the line")`` (or a shipped preset,
+    ``"conf/GROUP/NAME.yaml"``); ``tests/test_commands_covered.py`` checks that every one is.
+    """
+    text = (ROOT / "README.md").read_text() if text is None else text
+    found: list[str] = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
+        joined = re.sub(r"\\\n\s*", " ", block)
+        for line in joined.splitlines():
+            line = re.sub(r"\s+#\s.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                found.append(" ".join(line.split()))
+    return found

@@ -12,13 +12,11 @@ from torch import nn
 
 from beyondfit import BeyondfitError, Engine, Update
 
-from kit import ROOT, mse, sum_data
+from kit import ROOT, make_engine, mse, sum_data
 
 
-def make_engine(**options) -> Engine:
-    torch.manual_seed(0)
-    model = nn.Linear(8, 1)
-    return Engine(model, mse, torch.optim.SGD(model.parameters(), 0.01), device="cpu", **options)
+def linear_engine(**options) -> Engine:
+    return make_engine(lambda: nn.Linear(8, 1), optimizer=torch.optim.SGD, lr=0.01, **options)
 
 
 def batches(n: int = 8, size: int = 16) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -27,7 +25,7 @@ def batches(n: int = 8, size: int = 16) -> list[tuple[torch.Tensor, torch.Tensor
 
 
 def test_a_second_fit_trains_more_epochs_as_keras_does() -> None:
-    engine = make_engine()
+    engine = linear_engine()
     first = list(engine.fit(batches(), epochs=2, verbose=False))
     weights = engine.model.weight.detach().clone()
     second = engine.fit(batches(), epochs=3, verbose=False)
@@ -37,17 +35,17 @@ def test_a_second_fit_trains_more_epochs_as_keras_does() -> None:
 
 
 def test_max_steps_alone_trains_across_epochs() -> None:
-    engine = make_engine()
+    engine = linear_engine()
     engine.fit(batches(n=4), max_steps=10, verbose=False)
     assert engine.global_step == 10 and engine.epoch == 2
 
 
 def test_a_one_shot_generator_is_named_as_the_cause() -> None:
-    engine = make_engine()
+    engine = linear_engine()
     data = iter(batches())
     with pytest.raises(BeyondfitError, match=r"epoch 2: it is a one-shot iterator \(list_iterator"):
         engine.fit(data, epochs=2, verbose=False)
-    engine = make_engine()
+    engine = linear_engine()
     gen = (b for b in batches())
     with pytest.raises(BeyondfitError, match=r"val_data yielded no batches: it is a one-shot"):
         engine.fit(batches(), epochs=2, val_data=gen, verbose=False)
@@ -79,13 +77,13 @@ def test_plateau_on_a_name_never_logged_says_which_names_exist() -> None:
     engine = Engine(model, [Update("", mse, opt, monitor="val_acc",
                                    scheduler=torch.optim.lr_scheduler.ReduceLROnPlateau(opt))],
                     device="cpu")
-    with pytest.raises(BeyondfitError, match=r"follows 'val_acc'.*it logged: val_loss"):
+    with pytest.raises(BeyondfitError, match=r"monitors 'val_acc'.*it logs: val_loss"):
         engine.fit(batches(), val_data=batches(n=1), verbose=False)
 
 
 def test_a_short_last_window_is_the_mean_of_its_micro_batches() -> None:
     data = batches(n=6)
-    engine = make_engine(accumulate=4)
+    engine = linear_engine(accumulate=4)
     engine.fit(data, epochs=1, verbose=False)
 
     torch.manual_seed(0)
@@ -125,6 +123,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("verbose", ["", ", verbose=False"])
 def test_fit_shows_progress_by_default_like_keras(verbose: str) -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT.format(verbose=verbose)],

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parent.parent / "beyondfit"
 HEAVY = ("hydra", "omegaconf", "gymnasium", "matplotlib", "tensorboard", "torch.utils.tensorboard")
 ABOVE_CORE = ("beyondfit.rl", "beyondfit.tasks", "beyondfit.cli", "beyondfit.observers")
@@ -23,6 +25,7 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+@pytest.mark.e2e
 def test_importing_the_core_pulls_in_no_heavy_library() -> None:
     probe = (
         "import sys, beyondfit.core; "
@@ -42,6 +45,21 @@ def test_core_source_names_no_upper_layer() -> None:
         assert not bad, f"{path.name} imports {sorted(bad)}"
 
 
+def test_only_the_strategy_and_distributed_call_torch_distributed() -> None:
+    """Ranks and collectives go through the strategy (core/strategy.py, distributed/):
+    nothing else imports ``torch.distributed`` or reaches it as ``torch.distributed.X``."""
+    allowed = {PACKAGE / "core" / "strategy.py"} | set((PACKAGE / "distributed").glob("*.py"))
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path in allowed:
+            continue
+        tree = ast.parse(path.read_text())
+        used = {m for m in imported_modules(path) if m.startswith("torch.distributed")}
+        used |= {"torch.distributed" for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+                 and node.attr == "distributed" and isinstance(node.value, ast.Name)
+                 and node.value.id == "torch"}
+        assert not used, f"{path.relative_to(PACKAGE)} uses {sorted(used)}: go through the strategy"
+
+
 def test_lower_layers_do_not_import_the_command_line() -> None:
     for folder in ("core", "distributed", "checkpoint", "observers", "data", "rl", "tasks"):
         for path in sorted((PACKAGE / folder).glob("*.py")):
@@ -54,8 +72,27 @@ def test_the_top_level_holds_entry_points_only_and_modules_stay_small() -> None:
     assert len(top) <= 6, top
     for path in PACKAGE.rglob("*.py"):
         lines = len(path.read_text().splitlines())
-        assert lines <= 450, f"{path.relative_to(PACKAGE)} has {lines} lines"
+        assert lines <= 400, f"{path.relative_to(PACKAGE)} has {lines} lines"
     for path in PACKAGE.iterdir():  # two levels of modules at most (data folders aside)
         if path.is_dir() and path.name not in ("__pycache__", "conf"):
             nested = [p for p in path.iterdir() if p.is_dir() and list(p.glob("*.py"))]
             assert not nested, path
+
+
+def test_the_public_api_is_small_and_each_name_has_one_home() -> None:
+    """At most 12 top-level names, each re-exported once: by ``beyondfit`` from the module that
+    defines it, and by no sub-package (``beyondfit.core`` does not offer ``Engine`` again)."""
+    import importlib
+
+    import beyondfit
+
+    assert len(beyondfit.__all__) <= 12, beyondfit.__all__
+    for name in beyondfit.__all__:
+        value = getattr(beyondfit, name)
+        home = importlib.import_module(beyondfit._EXPORTS[name])
+        assert getattr(home, name) is value and home.__name__.split(".")[-1] != "__init__"
+        assert value.__module__ == home.__name__, (name, value.__module__)
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        package = importlib.import_module(f"beyondfit.{init.parent.name}")
+        again = sorted(set(getattr(package, "__all__", ())) & set(beyondfit.__all__))
+        assert not again, f"beyondfit.{init.parent.name} re-exports {again}"

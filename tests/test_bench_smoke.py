@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
@@ -136,6 +139,8 @@ def test_tabular_bench_scores_every_model_on_held_out_rows():
         tabular.Problem("tiny", "smooth 120x4", "regression",
                         lambda: tabular.smooth_table(120, 4), True),
         tabular.Problem("wine", "wine", "classification", lambda: tabular.wine()[:2]),
+        tabular.Problem("ordinal", "ordinal 300x7", "classification",  # text column and labels
+                        lambda: tabular.class_tables.ordinal_table(300), nonlinear=True),
     ]
     results = {p.name: tabular.measure(p, 1, ["train.epochs=40", "plots=false"])
                for p in problems}
@@ -143,8 +148,22 @@ def test_tabular_bench_scores_every_model_on_held_out_rows():
         assert set(result["score"]) == {"beyondfit", "beyondfit val", "MLP", "HGB", "linear"}
         assert result["time"]["beyondfit"] > 0 and result["time"]["MLP"] > 0
     assert results["wine"]["score"]["beyondfit"] > 0.8  # scored on rows the run never saw
+    assert results["ordinal 300x7"]["score"]["beyondfit"] > 0.6  # 3 classes: chance is 1/3
     text = tabular.table(results, problems)
     assert "| smooth 120x4 | R² |" in text and "| wine | accuracy |" in text
+    assert "| ordinal 300x7 | accuracy |" in text and "max(MLP, HGB) - 0.02" in text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", ["ordinal1200", "quadrant5000", "threshold15000"])
+def test_tabular_nonlinear_classification_tables_meet_the_bar(key):
+    """Issue 24's bar on one split: the defaults within 0.02 of the better of sklearn's MLP
+    and gradient boosting on held-out rows (bench/README.md has the 3-split medians)."""
+    pytest.importorskip("torchmetrics")
+    tabular = _load("tabular")
+    problem = tabular.KEYS[key]
+    scores = tabular.measure(problem, 1, ["plots=false"])["score"]
+    assert scores["beyondfit"] >= max(scores["MLP"], scores["HGB"]) - 0.02, scores
 
 
 def test_pg_tasks_bench_runs_both_methods_and_tabulates_stored_results(tmp_path):
@@ -166,3 +185,18 @@ def test_pg_tasks_bench_runs_both_methods_and_tabulates_stored_results(tmp_path)
     pg.run_missing(tmp_path, [("beyondfit", bench, 0), ("sb3", bench, 0)])
     text = pg.table(tmp_path, {"hopper": bench}, seeds=1)
     assert "beyondfit `+task=hopper`" in text and "SB3 PPO (RL-Zoo)" in text
+
+
+def test_reinforce_raw_reference_loop_trains_and_evaluates():
+    raw = _load("reinforce_raw")
+    result = raw.train(0, max_env_steps=1024, eval_every=512)
+    assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
+
+
+def test_sac_pendulum_bench_runs_both_methods_and_tabulates(tmp_path):
+    pytest.importorskip("stable_baselines3")
+    sac = _load("sac_pendulum")
+    text = sac.main(["--seeds", "1", "--env-steps", "300", "--episodes", "1",
+                     "--results", str(tmp_path)])
+    assert len(list(tmp_path.glob("sac-*-300-eps1-seed0.json"))) == len(sac.METHODS)
+    assert "| " in text and "300" in text

@@ -11,19 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import (
-    Checkpointer,
-    config_changes,
-    resume,
-    resume_candidates,
-    resume_run_dir,
-    step_checkpoints,
-)
+from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import config_changes, step_checkpoints
+from beyondfit.checkpoint.resume import resume_candidates, resume_run_dir
 from beyondfit.core.serialization import CorruptCheckpointError, safe_load
+
+import kit
 
 
 class MakesFile:
@@ -36,19 +31,10 @@ class MakesFile:
         return (open, (self.target, "w"))
 
 
-def make_engine(hidden: int = 16, callbacks: tuple[Callback, ...] = ()) -> tuple[Engine, object]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, hidden), nn.ReLU(), nn.Linear(hidden, 1))
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(40, 4, generator=g)
-    data = TensorBatches(x, x.sum(1, keepdim=True), batch_size=8, seed=0)
-
-    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return F.mse_loss(model(batch[0]), batch[1])
-
-    engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
-                    log_every=1, callbacks=list(callbacks))
-    return engine, data
+def engine_and_data(hidden: int = 16, callbacks: tuple[Callback, ...] = ()
+                    ) -> tuple[Engine, TensorBatches]:
+    engine = kit.make_engine(lambda: kit.mlp(4, hidden), log_every=1, callbacks=callbacks)
+    return engine, kit.sum_batches()
 
 
 def val_of(engine: Engine) -> list:
@@ -89,7 +75,7 @@ def test_malicious_checkpoint_is_refused_and_creates_nothing(tmp_path: Path, fmt
     assert str(path) in str(info.value)
     assert "io.open" in str(info.value) and "\x1b" not in str(info.value)
     assert not isinstance(info.value, CorruptCheckpointError)  # never skipped as "corrupt"
-    engine, _ = make_engine()
+    engine, _ = engine_and_data()
     with pytest.raises(BeyondfitError, match="refused"):
         engine.load(path)
     with pytest.raises(BeyondfitError, match="refused"):
@@ -100,7 +86,7 @@ def test_malicious_checkpoint_is_refused_and_creates_nothing(tmp_path: Path, fmt
 # ---------------------------------------------------------------- truncated files
 def write_run(run_dir: Path, steps: int = 10, every: int = 5) -> Engine:
     ckpt = Checkpointer(run_dir / "checkpoints", every=every, keep=5, monitor=None)
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     engine.fit(data, max_steps=steps, epochs=10)
     return engine
 
@@ -117,7 +103,7 @@ def test_truncated_checkpoint_is_a_clear_error_naming_the_file(tmp_path: Path) -
     with pytest.raises(CorruptCheckpointError, match="truncated or corrupt") as info:
         safe_load(path)
     assert str(path) in str(info.value)
-    engine, _ = make_engine()
+    engine, _ = engine_and_data()
     with pytest.raises(CorruptCheckpointError):
         resume(engine, path)  # a file named explicitly: no fallback
     empty = tmp_path / "empty.pt"
@@ -131,7 +117,7 @@ def test_run_dir_falls_back_to_the_previous_checkpoint_with_a_warning(
 ) -> None:
     write_run(tmp_path)
     truncate(tmp_path / "checkpoints" / "step-00000010.pt")
-    engine, _ = make_engine()
+    engine, _ = engine_and_data()
     with caplog.at_level(logging.WARNING, logger="beyondfit"):
         path, _ = resume(engine, tmp_path)
     assert path.name == "step-00000005.pt"
@@ -143,7 +129,7 @@ def test_run_dir_with_only_corrupt_checkpoints_is_an_error(tmp_path: Path) -> No
     write_run(tmp_path)
     for path in step_checkpoints(tmp_path / "checkpoints"):
         truncate(path)
-    engine, _ = make_engine()
+    engine, _ = engine_and_data()
     with pytest.raises(BeyondfitError, match=r"every checkpoint .* is truncated or corrupt"):
         resume(engine, tmp_path)
 
@@ -151,7 +137,7 @@ def test_run_dir_with_only_corrupt_checkpoints_is_an_error(tmp_path: Path) -> No
 # ---------------------------------------------------------------- foreign checkpoints
 def test_checkpoint_of_another_model_shape_lists_mismatched_keys(tmp_path: Path) -> None:
     write_run(tmp_path)
-    other, _ = make_engine(hidden=8)
+    other, _ = engine_and_data(hidden=8)
     with pytest.raises(BeyondfitError) as info:
         resume(other, tmp_path)
     message = str(info.value)
@@ -178,7 +164,7 @@ def test_periodic_final_and_pruned_files(tmp_path: Path) -> None:
     # every 5 steps and the final one (23), newest 5 kept
     assert names == [f"step-{s:08d}.pt" for s in (23, 20, 15, 10, 5)]
     ckpt = Checkpointer(tmp_path / "c2", every=5, keep=2, monitor=None)
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     engine.fit(data, max_steps=23, epochs=10)
     assert [p.name for p in step_checkpoints(tmp_path / "c2")] == [
         "step-00000023.pt", "step-00000020.pt"
@@ -192,7 +178,7 @@ def test_periodic_final_and_pruned_files(tmp_path: Path) -> None:
 
 def test_every_none_saves_only_at_the_end(tmp_path: Path) -> None:
     ckpt = Checkpointer(tmp_path, every=None, monitor=None)
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     engine.fit(data, epochs=2)
     assert [p.name for p in step_checkpoints(tmp_path)] == ["step-00000010.pt"]
 
@@ -212,7 +198,7 @@ class Record(Callback):
 def test_best_checkpoint_holds_the_best_monitored_state(tmp_path: Path, mode: str) -> None:
     record = Record()
     ckpt = Checkpointer(tmp_path, every=3, keep=1, monitor="val_loss", mode=mode)
-    engine, data = make_engine(callbacks=(record, ckpt))
+    engine, data = engine_and_data(callbacks=(record, ckpt))
     engine.fit(data, epochs=6, val_data=val_of(engine), eval_every=2)
     pick = min if mode == "min" else max
     best_value, best_state = pick(record.values, key=lambda r: r[0])
@@ -226,7 +212,7 @@ def test_best_checkpoint_holds_the_best_monitored_state(tmp_path: Path, mode: st
 def test_checkpoints_store_the_extra_data(tmp_path: Path) -> None:
     config = {"task": {"hidden": [16]}, "seed": 0, "optimizer": {"lr": 0.01}}
     ckpt = Checkpointer(tmp_path, every=None, monitor=None, extra={"config": config})
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     engine.fit(data, epochs=1)
     assert safe_load(ckpt.last_path)["config"] == config  # type: ignore[arg-type]
 
@@ -235,7 +221,7 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ckpt = Checkpointer(tmp_path, every=None, monitor=None)
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     engine.fit(data, epochs=1)
     path = tmp_path / "step-00000005.pt"
     before = path.read_bytes()
@@ -256,7 +242,7 @@ def test_stale_temp_files_are_removed_and_newer_files_set_aside(tmp_path: Path) 
     folder = tmp_path / "checkpoints"
     (folder / ".step-00000015.pt.abc.tmp").write_bytes(b"half a checkpoint")
     ckpt = Checkpointer(folder, every=5, monitor=None)
-    engine, data = make_engine(callbacks=(ckpt,))
+    engine, data = engine_and_data(callbacks=(ckpt,))
     resume(engine, folder / "step-00000005.pt")  # continue from the earlier one
     engine.fit(data, max_steps=7, epochs=10)
     names = sorted(p.name for p in folder.iterdir())

@@ -13,28 +13,19 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.core.serialization import TRAILER_SIZE, CorruptCheckpointError, safe_load
+
+import kit
 
 SEED = int(os.environ.get("BEYONDFIT_TEST_SEED", time.time_ns() % 2**31))
 FLIPS = 200
 
 
-def make_engine(callbacks: tuple = ()) -> tuple[Engine, TensorBatches]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
-    data = TensorBatches(x, x.sum(1, keepdim=True), batch_size=8, seed=0)
-
-    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return F.mse_loss(model(batch[0]), batch[1])
-
-    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
-    return Engine(model, loss_fn, optimizer, device="cpu", callbacks=list(callbacks)), data
+def engine_and_data(callbacks: tuple = ()) -> tuple[Engine, TensorBatches]:
+    return kit.make_engine(lambda: kit.mlp(4, 8), callbacks=callbacks), kit.sum_batches()
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +33,7 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run with two checkpoints: step 5 (the fallback) and step 10 (the one attacked)."""
     run_dir = tmp_path_factory.mktemp("fuzz")
     ckpt = Checkpointer(run_dir / "checkpoints", every=5, keep=5, monitor=None)
-    engine, data = make_engine((ckpt,))
+    engine, data = engine_and_data((ckpt,))
     engine.fit(data, max_steps=10, epochs=10)
     return run_dir
 
@@ -77,7 +68,7 @@ def test_every_single_bit_flip_is_detected_and_resume_falls_back(
         context = f"seed {SEED}, bit {bit} of {len(good) * 8}"
         with pytest.raises(CorruptCheckpointError, match=r"step-00000010\.pt"):
             safe_load(target)
-        engine, _ = make_engine()
+        engine, _ = engine_and_data()
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="beyondfit"):
             path, _ = resume(engine, attacked)
@@ -126,7 +117,7 @@ def test_a_named_corrupt_file_is_an_error_and_a_dir_of_only_corrupt_files_too(
         data = bytearray(path.read_bytes())
         data[len(data) // 3] ^= 0x10
         (bad / path.name).write_bytes(bytes(data))
-    engine, _ = make_engine()
+    engine, _ = engine_and_data()
     before = {k: v.clone() for k, v in engine.model.state_dict().items()}
     with pytest.raises(CorruptCheckpointError, match="does not match its checksum"):
         resume(engine, bad / "step-00000010.pt")
@@ -144,6 +135,7 @@ def test_checkpoints_still_load_with_torch_load(run_dir: Path) -> None:
     assert path.read_bytes()[-TRAILER_SIZE:].startswith(b"\nbeyondfit-checkpoint v1 sha256=")
 
 
+@pytest.mark.e2e
 def test_the_readme_command_checks_the_digest_by_hand(run_dir: Path) -> None:
     """README: `head -c -97 FILE | sha256sum` prints the digest the file's last line holds."""
     path = run_dir / "checkpoints" / "step-00000010.pt"

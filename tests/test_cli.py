@@ -27,6 +27,7 @@ HEAVY = (
 )  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_help_lists_tasks_option_groups_and_usage() -> None:
     result = cli("--help")
     assert result.returncode == 0, result.stderr
@@ -40,6 +41,7 @@ def test_help_lists_tasks_option_groups_and_usage() -> None:
     assert "python -m beyondfit.compare" in out
 
 
+@pytest.mark.e2e
 def test_cfg_job_prints_the_resolved_config() -> None:
     result = cli("+task=regression", "seed=7", "--cfg", "job")
     assert result.returncode == 0, result.stderr
@@ -84,6 +86,7 @@ def test_bad_progress_and_logger_sections_name_the_key() -> None:
         output_callbacks(bad_logger, Path("unused"))
 
 
+@pytest.mark.e2e
 def test_relative_data_path_job_log_and_console_lines(tmp_path: Path) -> None:
     """From a launch directory: a relative data path still works when Hydra changes into
     the run directory; the library's lines land in the console (bare) and in the job log."""
@@ -106,6 +109,7 @@ def test_relative_data_path_job_log_and_console_lines(tmp_path: Path) -> None:
     assert header.startswith("kind,epoch,step,") and "val_loss" in header
 
 
+@pytest.mark.e2e
 def test_console_script_behaves_like_python_m() -> None:
     script = shutil.which("beyondfit")
     if script is None:
@@ -117,6 +121,7 @@ def test_console_script_behaves_like_python_m() -> None:
     assert help_text.returncode == 0 and f"task: {', '.join(available('task'))}" in help_text.stdout
 
 
+@pytest.mark.e2e
 def test_import_is_light() -> None:
     code = f"import sys, beyondfit; print([m for m in {HEAVY!r} if m in sys.modules])"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -124,6 +129,7 @@ def test_import_is_light() -> None:
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e
 def test_a_supervised_run_starts_without_heavy_imports(tmp_path: Path) -> None:
     """Snapshot ``sys.modules`` at the first training step and at the end of a CLI run."""
     probe = textwrap.dedent(
@@ -160,7 +166,7 @@ def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) ->
     """logger=csv: one table whose columns grow as names appear, resumable like metrics.jsonl."""
     import csv
 
-    from beyondfit.observers import CsvFile
+    from beyondfit.observers.files import CsvFile
 
     class FakeEngine:
         epoch, global_step = 0, 4

@@ -22,6 +22,7 @@ def is_png(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.mark.e2e
 def test_two_seed_multirun_then_compare(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     launched = subprocess.run(

@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from cli_batch import assert_one_clear_line, run_cli_batch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine
 from beyondfit.cli.run import CONF_DIR
 from beyondfit.cli.schema import check_config, config_error_line
+
+from kit import cli_batch, one_line_exit_2
 
 BASE = ["+task=regression", "train.epochs=1", "plots=false", "progress.bar=false"]
 
@@ -78,14 +79,15 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("schema")
     cases = [[*BASE, override, f"hydra.run.dir={tmp / str(i)}"]
              for i, (override, _) in enumerate(CASES)]
-    return dict(zip([c[0] for c in CASES], run_cli_batch(cases, tmp)))
+    return dict(zip([c[0] for c in CASES], cli_batch(cases, tmp)))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("override", "expected"), CASES, ids=[c[0] for c in CASES])
 def test_bad_config_value_is_one_line_and_exit_2(
     results: dict[str, dict], override: str, expected: str
 ) -> None:
-    assert_one_clear_line(results[override], expected, override)
+    one_line_exit_2(results[override], expected)
 
 
 def test_stop_rule_messages_suggest_the_form_that_works_in_a_shell() -> None:
@@ -96,6 +98,7 @@ def test_stop_rule_messages_suggest_the_form_that_works_in_a_shell() -> None:
     assert "'train.stop=\"val_loss<=0.1\"'" in str(info.value)
 
 
+@pytest.mark.e2e
 def test_the_readme_form_works_in_a_shell_as_typed(tmp_path: Path) -> None:
     """The README's stop rule, typed into bash exactly as written there: Hydra parses it, the
     run keeps it, and the same form with a reachable bound stops the run."""

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Engine, TensorBatches, move_to_device, resolve_device
+from beyondfit import Engine, TensorBatches
+from beyondfit.core.device import move_to_device, resolve_device
 from beyondfit.distributed import DistributedModel, shutdown
 
 from kit import Recorder, mse, sum_data
@@ -34,7 +35,7 @@ def test_auto_picks_the_gpu_and_the_engine_keeps_everything_there() -> None:
     engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="auto")
     x, y = sum_data()
     history = engine.fit(TensorBatches(x, y, batch_size=32), epochs=2, val_data=[(x, y)])
-    assert engine.device.type == "cuda" and engine._non_blocking
+    assert engine.device.type == "cuda" and engine.window.non_blocking
     assert set(seen) == {("cuda", "cuda", "cuda")}
     assert all(isinstance(v, float) for v in history[-1].values())
     assert history[-1]["val_loss"] < history[0]["val_loss"]

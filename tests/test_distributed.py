@@ -24,19 +24,18 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
 from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
+from beyondfit.core.seeding import rank_seed
+from beyondfit.core.strategy import Strategy, resolve_strategy
 from beyondfit.distributed import (
     DDPStrategy,
     DistributedModel,
     ShardedBatches,
-    Strategy,
-    derive_seed,
     launch_env,
     rank_device,
-    resolve_strategy,
     shutdown,
 )
 
-from kit import Recorder, mse
+from kit import Recorder, mse, rows
 
 WORLD = 2
 
@@ -101,12 +100,11 @@ def test_rank_device_errors_say_what_to_write(device, local_rank, cuda, count, m
         rank_device(device, local_rank, cuda, count)
 
 
-def test_derived_seeds_keep_rank_zero_and_separate_the_others() -> None:
-    assert derive_seed(7, 0) == 7
-    seeds = [derive_seed(7, r) for r in range(1, 5)]
+def test_rank_seeds_keep_rank_zero_and_separate_the_others() -> None:
+    assert rank_seed(7, 0) == 7
+    seeds = [rank_seed(7, r) for r in range(1, 5)]
     assert len(set(seeds)) == 4 and all(abs(s - 7) > 1000 for s in seeds)
-    assert seeds == [derive_seed(7, r) for r in range(1, 5)]  # deterministic
-    assert all(0 <= s < 2**31 for s in seeds)
+    assert seeds == [rank_seed(7, r) for r in range(1, 5)]  # deterministic
 
 
 def test_sharded_batches_pad_for_training_and_split_exactly_for_evaluation() -> None:
@@ -363,7 +361,7 @@ def _check_data_loaders(rank: int, world: int) -> None:
     torch.manual_seed(1234 + rank)  # ranks disagree: the sampler's seed must come from rank 0
     loader = DataLoader(TensorDataset(torch.arange(10)), batch_size=2, shuffle=True)
     sharded = strategy.shard_train(loader)
-    assert strategy.shard_train(sharded) is sharded and strategy.shard_train(loader) is sharded
+    assert strategy.shard_train(sharded) is sharded  # idempotent: a shard is left as it is
     orders = []
     for epoch in range(2):
         strategy.set_epoch(sharded, epoch)
@@ -467,6 +465,7 @@ def _worker(rank: int, world: int, store: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.e2e
 def test_two_processes_share_gradients_metrics_skips_stops_and_env_steps(tmp_path: Path) -> None:
     mp.spawn(_worker, args=(WORLD, str(tmp_path / "store")), nprocs=WORLD, join=True)
 
@@ -482,10 +481,7 @@ def torchrun(*args: str, cwd: Path, nproc: int = WORLD) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
+@pytest.mark.e2e
 def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path: Path) -> None:
     # No early stopping: the final checkpoint holds the last evaluated weights, not restored
     # best ones, so it can be scored against the last logged validation row.
@@ -549,7 +545,9 @@ def _check_summed_env_steps(logged: list) -> None:
     # (the run pins algo=a2c and its rollout length, whatever the task's default is)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.runs("torchrun --standalone --nproc_per_node=2 -m beyondfit +task=cartpole device=cpu")
 def test_torchrun_cartpole_two_ranks_solve_it(tmp_path: Path) -> None:
     result, logged = _cartpole(tmp_path, "algo=a2c", "task.collector.rollout_steps=16")
     _check_summed_env_steps(logged)

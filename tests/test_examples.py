@@ -13,6 +13,9 @@ from types import ModuleType
 
 import pytest
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

@@ -18,6 +18,9 @@ import pytest
 import torch
 from torch.nn import functional as F
 
+# Examples and bench scripts run end to end, as their users run them.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parent.parent
 SEEDS = (0, 1, 2)
 

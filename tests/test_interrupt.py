@@ -11,31 +11,21 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
-from torch import nn
 
-from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.core.serialization import safe_load
 
+import kit
 from kit import SendSignal
 
 TESTS = Path(__file__).resolve().parent
 
 
-def make_engine(callbacks: list[Callback]) -> tuple[Engine, TensorBatches]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 1))
-    x = torch.randn(48, 4, generator=torch.Generator().manual_seed(0))
-    data = TensorBatches(x, x.pow(2).sum(1, keepdim=True), batch_size=8, seed=0)
-
-    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        return F.mse_loss(model(batch[0]), batch[1])
-
-    engine = Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
-                    callbacks=callbacks)
-    return engine, data
+def engine_and_data(callbacks: list[Callback]) -> tuple[Engine, TensorBatches]:
+    engine = kit.make_engine(lambda: kit.mlp(4, 16, dropout=0.2), callbacks=callbacks)
+    return engine, kit.sum_batches(48, square=True)
 
 
 def child(folder: str) -> None:
@@ -57,12 +47,13 @@ def child(folder: str) -> None:
         os.kill(os.getpid(), signal.SIGINT)  # ...when the second Ctrl-C lands
 
     checkpoint_module.torch.save = save_then_second_signal  # type: ignore[assignment]
-    engine, data = make_engine([SendSignal(4), ckpt, interrupt])
+    engine, data = engine_and_data([SendSignal(4), ckpt, interrupt])
     with interrupt:
         engine.fit(data, epochs=3)
     print("fit returned: the second signal did not exit")  # never reached
 
 
+@pytest.mark.e2e
 def test_second_signal_exits_at_once_and_corrupts_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints"
     code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_interrupt as t; " \
@@ -79,9 +70,9 @@ def test_second_signal_exits_at_once_and_corrupts_nothing(tmp_path: Path) -> Non
     assert len(leftovers) <= 1
 
     # Resuming from what was left ends exactly like an uninterrupted run.
-    reference, data = make_engine([])
+    reference, data = engine_and_data([])
     reference.fit(data, epochs=3)
-    resumed, data = make_engine([Checkpointer(folder, every=2, monitor=None)])
+    resumed, data = engine_and_data([Checkpointer(folder, every=2, monitor=None)])
     resume(resumed, tmp_path)
     resumed.fit(data, epochs=3)
     for a, b in zip(reference.model.state_dict().values(), resumed.model.state_dict().values()):
@@ -93,7 +84,7 @@ def test_first_signal_stops_after_the_step_and_restores_handlers(tmp_path: Path)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     ckpt = Checkpointer(tmp_path, every=None, monitor=None)
     interrupt = GracefulInterrupt(ckpt)
-    engine, data = make_engine([SendSignal(3, signal.SIGTERM), ckpt, interrupt])
+    engine, data = engine_and_data([SendSignal(3, signal.SIGTERM), ckpt, interrupt])
     with interrupt, pytest.raises(TrainingInterrupted) as info:
         engine.fit(data, epochs=3)
     assert isinstance(info.value, KeyboardInterrupt)  # uncaught, it ends a script like Ctrl-C
@@ -115,7 +106,7 @@ def test_handlers_are_restored_when_fit_raises() -> None:
             raise RuntimeError("boom")
 
     interrupt = GracefulInterrupt()
-    engine, data = make_engine([Boom(), interrupt])
+    engine, data = engine_and_data([Boom(), interrupt])
     with pytest.raises(RuntimeError), interrupt:
         assert signal.getsignal(signal.SIGINT) == interrupt._handle
         engine.fit(data, epochs=1)
@@ -124,7 +115,7 @@ def test_handlers_are_restored_when_fit_raises() -> None:
 
 def test_without_a_checkpointer_it_only_stops() -> None:
     interrupt = GracefulInterrupt()
-    engine, data = make_engine([SendSignal(2), interrupt])
+    engine, data = engine_and_data([SendSignal(2), interrupt])
     with interrupt, pytest.raises(TrainingInterrupted, match="no checkpoint written"):
         engine.fit(data, epochs=2)
     assert engine.global_step == 2
@@ -133,6 +124,6 @@ def test_without_a_checkpointer_it_only_stops() -> None:
 def test_interrupt_before_its_checkpointer_is_an_error(tmp_path: Path) -> None:
     ckpt = Checkpointer(tmp_path, monitor=None)
     interrupt = GracefulInterrupt(ckpt)
-    engine, data = make_engine([interrupt, ckpt])
+    engine, data = engine_and_data([interrupt, ckpt])
     with interrupt, pytest.raises(BeyondfitError, match="put it after"):
         engine.fit(data, epochs=1)

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from beyondfit import BeyondfitError, Engine
-from beyondfit.checkpoint import Checkpointer
-from beyondfit.observers import MetricsFile
+from beyondfit import BeyondfitError, Checkpointer, Engine, MetricsFile
+
+from kit import make_engine, mlp
 
 Batch = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -37,19 +37,16 @@ def loss_fn(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
     return {"loss": F.mse_loss(model(x), y) + aux, "aux": aux, "mse": F.mse_loss(model(x), y)}
 
 
-def make_engine(on_nonfinite: str, callbacks: list = (), max_skips: int = 10) -> Engine:  # type: ignore[assignment]
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
-    return Engine(model, loss_fn, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
-                  on_nonfinite=on_nonfinite, max_skips=max_skips, log_every=1,
-                  callbacks=list(callbacks))
+def aux_engine(on_nonfinite: str, callbacks: list = (), max_skips: int = 10) -> Engine:  # type: ignore[assignment]
+    return make_engine(lambda: mlp(3, 8, act=nn.Tanh), loss_fn, on_nonfinite=on_nonfinite,
+                       max_skips=max_skips, log_every=1, callbacks=callbacks)
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_raise_names_the_step_and_term_and_keeps_the_last_good_checkpoint(
     tmp_path: Path, value: float
 ) -> None:
-    engine = make_engine("raise", [Checkpointer(tmp_path, every=2, keep=2, monitor=None)])
+    engine = aux_engine("raise", [Checkpointer(tmp_path, every=2, keep=2, monitor=None)])
     good: dict[str, bytes] = {}
 
     def snapshot(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor]:
@@ -71,7 +68,7 @@ def test_raise_names_the_step_and_term_and_keeps_the_last_good_checkpoint(
 
 def test_skip_leaves_parameters_unchanged_and_continues(tmp_path: Path) -> None:
     metrics = MetricsFile(tmp_path / "metrics.jsonl")
-    skipping = make_engine("skip", [metrics])
+    skipping = aux_engine("skip", [metrics])
     before: dict[str, torch.Tensor] = {}
     seen: list[bool] = []
 
@@ -95,18 +92,18 @@ def test_skip_leaves_parameters_unchanged_and_continues(tmp_path: Path) -> None:
     assert any(r.get("skipped_steps") for r in rows if r["kind"] == "train")
 
     # Skipping a batch is exactly training without it: same updates, same optimizer state.
-    clean = make_engine("skip")
+    clean = aux_engine("skip")
     clean.fit([b for i, b in enumerate(make_batches()) if i != 4], epochs=1)
     for a, b in zip(skipping.model.state_dict().values(), clean.model.state_dict().values()):
         assert torch.equal(a, b)
 
 
 def test_skip_stops_after_max_skips_in_a_row() -> None:
-    engine = make_engine("skip", max_skips=3)
+    engine = aux_engine("skip", max_skips=3)
     with pytest.raises(BeyondfitError, match=r"in 3 consecutive micro-batches.*diverging"):
         engine.fit(make_batches(poison=(2, 3, 4)), epochs=1)
     assert engine.global_step == 2
 
-    engine = make_engine("skip", max_skips=3)
+    engine = aux_engine("skip", max_skips=3)
     engine.fit(make_batches(poison=(2, 3, 5, 6)), epochs=1)  # never 3 in a row
     assert (engine.global_step, engine.skipped_steps) == (8, 4)

@@ -11,9 +11,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit import BeyondfitError, Engine, MetricsFile, TensorBatches
 from beyondfit.cli.run import CONF_DIR, output_callbacks, run
-from beyondfit.observers import MetricsFile
 from beyondfit.observers.plots import (
     CurvesPlot,
     panels,

@@ -11,8 +11,15 @@ import torch
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.core.console import ConsoleFormatter, ProgressBar, progress_callback, wants_bar
-from beyondfit.observers import ConsoleLogger
+from beyondfit.core.console import (
+    ConsoleFormatter,
+    ConsoleLogger,
+    ProgressBar,
+    progress_callback,
+    wants_bar,
+)
+
+from kit import make_engine
 
 
 class FakeTerminal(io.StringIO):
@@ -22,19 +29,15 @@ class FakeTerminal(io.StringIO):
         return True
 
 
-def make_engine(callbacks: list, log_every: int = 2, on_nonfinite: str = "raise") -> Engine:
-    torch.manual_seed(0)
-    model = nn.Linear(3, 1)
+def loss_and_mae(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict:
+    err = model(batch[0]) - batch[1]
+    return {"loss": (err**2).mean(), "mae": err.abs().mean()}
 
-    def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> dict:
-        x, y = batch
-        err = model(x) - y
-        return {"loss": (err**2).mean(), "mae": err.abs().mean()}
 
-    return Engine(
-        model, loss_fn, torch.optim.SGD(model.parameters(), lr=0.05), device="cpu",
-        callbacks=callbacks, log_every=log_every, on_nonfinite=on_nonfinite,
-    )  # fmt: skip
+def linear_engine(callbacks: list, log_every: int = 2, on_nonfinite: str = "raise") -> Engine:
+    return make_engine(lambda: nn.Linear(3, 1), loss_and_mae, optimizer=torch.optim.SGD,
+                       lr=0.05, callbacks=callbacks, log_every=log_every,
+                       on_nonfinite=on_nonfinite)
 
 
 def data() -> TensorBatches:
@@ -72,7 +75,7 @@ def test_without_a_terminal_it_is_the_plain_logger_with_no_step_hook() -> None:
 
 def test_plain_lines_are_keras_style_one_per_epoch(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="beyondfit")
-    engine = make_engine([progress_callback(3, bar=False)])
+    engine = linear_engine([progress_callback(3, bar=False)])
     engine.fit(data(), epochs=3, val_data=val())
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("epoch")]
     assert len(lines) == 3
@@ -86,7 +89,7 @@ def test_bar_shows_steps_rate_and_key_metrics(caplog: pytest.LogCaptureFixture) 
     screen = FakeTerminal()
     bar = progress_callback(2, bar="auto", stream=screen, refresh=0.01)
     assert isinstance(bar, ProgressBar)
-    engine = make_engine([bar])
+    engine = linear_engine([bar])
     engine.fit(data(), epochs=2, val_data=val())
     text = screen.getvalue()
     assert "10/10" in text  # 5 batches x 2 epochs, counted in optimizer steps
@@ -100,14 +103,14 @@ def test_bar_shows_steps_rate_and_key_metrics(caplog: pytest.LogCaptureFixture) 
 
 def test_chosen_metrics_are_shown_in_order() -> None:
     screen = FakeTerminal()
-    engine = make_engine([ProgressBar(1, metrics=["val_mae", "loss"], stream=screen)])
+    engine = linear_engine([ProgressBar(1, metrics=["val_mae", "loss"], stream=screen)])
     engine.fit(data(), epochs=1, val_data=val())
     assert re.search(r"val_mae=[-\d.e]+, loss=[-\d.e]+\]", screen.getvalue())
 
 
 def test_bar_total_follows_max_steps_and_resumed_step() -> None:
     screen = FakeTerminal()
-    engine = make_engine([ProgressBar(5, max_steps=7, stream=screen)])
+    engine = linear_engine([ProgressBar(5, max_steps=7, stream=screen)])
     engine.fit(data(), epochs=5, max_steps=7)
     assert "7/7" in screen.getvalue()
 
@@ -126,7 +129,7 @@ def test_the_bar_adds_no_host_sync(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def syncs(callback: ConsoleLogger) -> int:
         calls["n"] = 0
-        make_engine([callback], log_every=3, on_nonfinite="ignore").fit(data(), epochs=2)
+        linear_engine([callback], log_every=3, on_nonfinite="ignore").fit(data(), epochs=2)
         return calls["n"]
 
     plain = syncs(ConsoleLogger(2))
@@ -141,7 +144,7 @@ def test_console_logging_is_restored_after_the_bar(caplog: pytest.LogCaptureFixt
     try:
         before = list(root.handlers)
         bar = ProgressBar(1, stream=FakeTerminal())
-        engine = make_engine([bar])
+        engine = linear_engine([bar])
         engine.fit(data(), epochs=1)
         assert root.handlers == before
         bar.close()  # a second close is harmless

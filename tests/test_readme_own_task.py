@@ -3,7 +3,6 @@ repository: scaffold, train, test, sweep, compare, resume; a loss and an env of 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -13,7 +12,26 @@ from pathlib import Path
 
 import pytest
 
+from kit import rows
+
 ROOT = Path(__file__).resolve().parent.parent
+#: The section's command lines, as the coverage test (tests/test_commands_covered.py) knows them.
+WALKTHROUGH = (
+    "python -m beyondfit.new my_task",
+    "python -m beyondfit --config-dir conf +task=my_task",
+    "python -m pytest tests/test_my_task.py",
+    "python -m beyondfit --config-dir conf -m +task=my_task seed=0,1",
+    "python -m beyondfit.compare multirun/my_task/DATE",
+    "python -m beyondfit --config-dir conf +task=my_task train.epochs=25 "
+    "resume=outputs/my_task/DATE resume_extend=true",
+)
+LOSS_AND_ENV = (
+    "python -m beyondfit +task=cartpole task.loss._target_=mymod.my_loss",
+    "python -m beyondfit --config-dir conf +task=cartpole algo=mine",
+    "python -m beyondfit +task=cartpole task.env=myenvs:Corridor-v0 task.target_return=60",
+    "python -m beyondfit +task=cartpole 'task.wrappers=[{_target_:gymnasium.wrappers.TimeLimit,"
+    "_partial_:true,max_episode_steps:200}]' task.target_return=195",
+)
 
 
 def section_commands() -> list[list[str]]:
@@ -40,13 +58,11 @@ def run_as_typed(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=900)
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
+@pytest.mark.e2e
+@pytest.mark.runs(*WALKTHROUGH)
 def test_scaffold_run_test_sweep_compare_resume_as_the_readme_says(tmp_path: Path) -> None:
     walkthrough = section_commands()[0]
-    assert len(walkthrough) == 6
+    assert [" ".join(line.split("#")[0].split()) for line in walkthrough] == list(WALKTHROUGH)
     for line in walkthrough:
         done = run_as_typed(line, tmp_path)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
@@ -123,6 +139,7 @@ gym.register("Corridor-v0", entry_point="myenvs:Corridor", max_episode_steps=64)
 
 
 @pytest.mark.slow
+@pytest.mark.runs(*LOSS_AND_ENV)
 def test_the_readmes_loss_and_env_commands_run_and_solve(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(USER_LOSS)
     (tmp_path / "myenvs.py").write_text(USER_ENVS)
@@ -134,4 +151,5 @@ def test_the_readmes_loss_and_env_commands_run_and_solve(tmp_path: Path) -> None
     for line in lines:
         done = run_as_typed(line, tmp_path)
         assert done.returncode == 0, f"{line}\n{done.stderr[-2000:]}"
-        assert " solved: greedy val_return" in done.stdout + done.stderr, line
+        solved = " solved: confirming evaluation: greedy val_return"
+        assert solved in done.stdout + done.stderr, line

@@ -15,6 +15,20 @@ import pytest
 from omegaconf import OmegaConf
 
 README = Path(__file__).resolve().parent.parent / "README.md"
+#: The lines each test runs, as the coverage test (tests/test_commands_covered.py) knows them.
+TRACKING = (
+    "python -m beyondfit +task=regression 'logger=[csv,mlflow]'",
+    "WANDB_MODE=offline python -m beyondfit +task=regression 'logger=[csv,wandb]'",
+)
+SEARCH = (
+    "python -m beyondfit -m +search=cartpole_optuna",
+    "python -m beyondfit -m +task=regression hydra/sweeper=optuna hydra.sweeper.n_trials=4 "
+    "'optimizer.lr=tag(log,interval(1e-4,1e-1))' train.epochs=20",
+)
+SEEDS = (
+    "python -m beyondfit -m +task=regression seed=0,1,2,3,4 optimizer.lr=0.001,0.01",
+    "python -m beyondfit.compare multirun/regression/DATE",
+)
 
 
 def commands(heading: str) -> list[str]:
@@ -39,6 +53,7 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.runs(*TRACKING)
 def test_readme_tracking_commands(tmp_path: Path) -> None:
     pytest.importorskip("mlflow")
     pytest.importorskip("wandb")
@@ -66,6 +81,7 @@ def test_readme_tracking_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.runs(*SEARCH)
 def test_readme_search_commands(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
     lines = commands("### Hyperparameter searches: Optuna")
@@ -83,6 +99,7 @@ def test_readme_search_commands(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.runs(*SEEDS)
 def test_readme_five_seed_comparison(tmp_path: Path) -> None:
     sweep_line, compare_line = commands("### Sweeps and comparing runs")[:2]
     assert "seed=0,1,2,3,4" in sweep_line

@@ -29,6 +29,7 @@ def write_csv(path: Path, rows: list[list[str]]) -> Path:
     return path
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------- end to end
 def test_default_regression_run_beats_least_squares_minus_margin(tmp_path: Path) -> None:
     result = cli("+task=regression", f"hydra.run.dir={tmp_path}")
@@ -90,6 +91,7 @@ def test_user_csv_and_npz_files_train(tmp_path: Path) -> None:
     assert len(run(cfg, tmp_path / "npz_run")) == 2
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------- bad input: CLI one-liners
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -122,6 +124,7 @@ def test_bad_config_values_are_clear(override: str, message: str, tmp_path: Path
         run(config(override, "train.epochs=1"), tmp_path)
 
 
+@pytest.mark.e2e
 def test_cli_reports_bad_data_file_in_one_line(tmp_path: Path) -> None:
     bad = write_csv(tmp_path / "bad.csv", [["a", "y"], ["1", "2"], ["nan", "3"], ["2", "4"]])
     result = cli("+task=regression", f"task.data.path={bad}", "task.data.target=y",
@@ -183,6 +186,7 @@ def test_bad_task_option_is_clear(tmp_path: Path) -> None:
         run(cfg, tmp_path)
 
 
+@pytest.mark.e2e
 def test_multirun_without_sweep_dir_writes_one_dir_per_job(tmp_path: Path) -> None:
     # The default sweep dir must resolve in multirun mode (no HydraConfig exists yet there).
     result = cli("-m", "+task=regression", "seed=0,1", "train.epochs=1", "plots=false",

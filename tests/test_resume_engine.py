@@ -4,7 +4,6 @@ scheduler, evaluation inside the epoch), and its metrics file has each row exact
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -13,12 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Callback, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import Callback, Checkpointer, Engine, MetricsFile, TensorBatches, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
-from beyondfit.observers import MetricsFile
 
-from kit import SendSignal
+from kit import SendSignal, rows
 
 EPOCHS = 3
 N, D, BATCH = 72, 6, 8  # 9 micro-batches per epoch: with accumulate=2 the last window is partial
@@ -77,10 +75,6 @@ def build(
 
 def fit(engine: Engine, data: object, val: list) -> list[dict[str, float]]:
     return engine.fit(data, epochs=EPOCHS, val_data=val, eval_every=3)
-
-
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 def assert_same_run(a: Engine, b: Engine) -> None:

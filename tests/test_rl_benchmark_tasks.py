@@ -60,6 +60,7 @@ def test_shipped_config_trains_with_normalization_and_annealing(task, overrides)
     built.val_data.close()
 
 
+@pytest.mark.e2e
 def test_hopper_cli_saves_the_statistics_and_play_uses_them(tmp_path):
     run_dir = tmp_path / "run"
     done = cli("+task=hopper", "task.total_env_steps=1024", "task.collector.rollout_steps=256",
@@ -76,6 +77,7 @@ def test_hopper_cli_saves_the_statistics_and_play_uses_them(tmp_path):
     assert "mean return" in played.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_readme_lunarlander_command_solves_it(tmp_path):
     done = cli("+task=lunarlander", cwd=tmp_path)
@@ -83,6 +85,7 @@ def test_readme_lunarlander_command_solves_it(tmp_path):
     assert "LunarLander-v3 solved" in done.stdout + done.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["hopper", "halfcheetah"])  # seed 0: 3,303 and 1,514
 def test_readme_mujoco_commands_learn_to_move(tmp_path, task):
@@ -93,6 +96,7 @@ def test_readme_mujoco_commands_learn_to_move(tmp_path, task):
     assert score > 1000, line  # a random policy scores about 0 (HalfCheetah) to 20 (Hopper)
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_readme_cartpole_command_with_every_option_solves_it(tmp_path):
     args = ("+task=cartpole task.normalize=true task.anneal.lr=0.0 task.loss.target_kl=0.02 "

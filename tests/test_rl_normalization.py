@@ -266,10 +266,12 @@ def _rank_worker(rank: int, world: int, store: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.e2e
 def test_two_ranks_share_one_set_of_statistics_and_one_early_stop(tmp_path: Path) -> None:
     mp.spawn(_rank_worker, args=(2, str(tmp_path / "store")), nprocs=2, join=True)
 
 
+@pytest.mark.e2e
 def test_torchrun_two_ranks_save_statistics_of_both_ranks(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     steps = 2 * 8 * 32 * 3  # 3 rollouts of 32 steps x 8 envs on each of 2 ranks

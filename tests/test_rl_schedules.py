@@ -200,6 +200,7 @@ def test_an_env_without_its_optional_dependency_names_the_extra(monkeypatch, env
     assert "\n" not in message
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("task", "module", "extra"), [("lunarlander", "Box2D", "box2d"),
                                                        ("hopper", "mujoco", "mujoco")])
 def test_cli_without_the_simulator_is_one_line_and_exit_2(tmp_path: Path, task, module, extra):

@@ -3,6 +3,7 @@ poisoned checkpoints, and Ctrl-C during start-up, each tried as a hostile user w
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -16,13 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from cli_batch import assert_one_clear_line, run_cli_batch
 from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
-from beyondfit.checkpoint import Checkpointer, resume, step_checkpoints
+from beyondfit import BeyondfitError, Checkpointer, resume
+from beyondfit.checkpoint import step_checkpoints
 from beyondfit.cli.rundir import LOCK_FILE, claim_run_dir, os_error_line, release_run_dir
 from beyondfit.core.serialization import nonfinite_entries, safe_load
+
+import kit
+from kit import cli_batch, one_line_exit_2
 
 QUIET = ["plots=false", "progress.bar=false", "device=cpu"]
 REGRESSION = ["+task=regression", "train.epochs=2", "engine.log_every=1", "checkpoint.every=5",
@@ -84,9 +87,9 @@ def race(tmp_path: Path, round_: int, together: bool) -> None:
     _, loser_err = loser.communicate(timeout=60)
     context = f"round {round_}: {loser_err!r} / {winner_err!r}"
     assert loser.returncode == 2 and winner.returncode == 0, context
-    assert_one_clear_line({"code": 2, "stderr": loser_err, "stdout": ""},
+    one_line_exit_2({"code": 2, "stderr": loser_err, "stdout": ""},
                           f"run directory '{run_dir}' is in use by another run (pid "
-                          f"{winner.pid} on ", context)
+                          f"{winner.pid} on ")
     # The winner's files are its own and complete.
     seed = "seed: 1" if winner is first else "seed: 2"
     assert seed in (run_dir / ".hydra" / "config.yaml").read_text(), context
@@ -100,6 +103,7 @@ def race(tmp_path: Path, round_: int, together: bool) -> None:
     assert safe_load(final)["counters"]["global_step"] == train_steps[-1], context
 
 
+@pytest.mark.e2e
 def test_two_runs_on_one_directory_one_refuses_cleanly(tmp_path: Path) -> None:
     race(tmp_path, 0, together=False)
 
@@ -110,6 +114,7 @@ def test_two_runs_on_one_directory_five_of_five(tmp_path: Path) -> None:
         race(tmp_path, round_, together=round_ % 2 == 1)
 
 
+@pytest.mark.e2e
 def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path: Path) -> None:
     """flock dies with its process: a kill -9 leaves the file, never the lock."""
     holder = subprocess.Popen([sys.executable, "-c", (
@@ -129,16 +134,17 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path: Path) -> None:
     release_run_dir(tmp_path)
 
 
+@pytest.mark.e2e
 def test_a_finished_run_directory_is_not_reused_without_resume(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    first, again, resumed = run_cli_batch([
+    first, again, resumed = cli_batch([
         [*REGRESSION, f"hydra.run.dir={run_dir}"],
         [*REGRESSION, "seed=5", f"hydra.run.dir={run_dir}"],
         [*REGRESSION, f"resume={run_dir}"],
     ], tmp_path)
     assert first["code"] == 0, first["stderr"]
     rows = (run_dir / "metrics.jsonl").read_text()
-    assert_one_clear_line(again, f"run directory '{run_dir}' already holds a run (metrics.jsonl"
+    one_line_exit_2(again, f"run directory '{run_dir}' already holds a run (metrics.jsonl"
                                  f", checkpoints/); continue it with resume={run_dir}")
     assert resumed["code"] == 0, resumed["stderr"]
     assert (run_dir / "metrics.jsonl").read_text() == rows  # nothing mixed in
@@ -166,6 +172,7 @@ os.mkdir, os.open = mkdir, open_
 """
 
 
+@pytest.mark.e2e
 def test_file_system_errors_are_one_line_naming_the_path(tmp_path: Path) -> None:
     a_file = tmp_path / "a-file"
     a_file.write_text("not a directory")
@@ -188,10 +195,10 @@ def test_file_system_errors_are_one_line_naming_the_path(tmp_path: Path) -> None
         f"'{tmp_path / 'no-perm'}': Permission denied (no permission":
             f"hydra.run.dir={tmp_path / 'no-perm'}",
     }
-    results = run_cli_batch([[*REGRESSION, arg] for arg in cases.values()], tmp_path,
+    results = cli_batch([[*REGRESSION, arg] for arg in cases.values()], tmp_path,
                             patch=FS_PATCH)
-    for (expected, arg), result in zip(cases.items(), results):
-        assert_one_clear_line(result, f"cannot use {expected}", arg)
+    for expected, result in zip(cases, results, strict=True):
+        one_line_exit_2(result, f"cannot use {expected}")
 
 
 DISK_FULL_PATCH = """
@@ -215,6 +222,7 @@ files.MetricsFile.write_row = write_row
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("variable", "file"), [("FULL_AT_SAVE", "checkpoints/step-00000010.pt"),
                                                 ("FULL_AT_ROW", "metrics.jsonl")])
 def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays(
@@ -222,9 +230,9 @@ def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays(
 ) -> None:
     monkeypatch.setenv(variable, "2" if variable == "FULL_AT_SAVE" else "8")  # both at step 8-10
     run_dir = tmp_path / "run"
-    (result,) = run_cli_batch([[*REGRESSION, f"hydra.run.dir={run_dir}"]], tmp_path,
+    (result,) = cli_batch([[*REGRESSION, f"hydra.run.dir={run_dir}"]], tmp_path,
                               patch=DISK_FULL_PATCH)
-    assert_one_clear_line(result, f"cannot use '{run_dir / file}': No space left on device "
+    one_line_exit_2(result, f"cannot use '{run_dir / file}': No space left on device "
                                   "(the disk is full: free space, then continue with resume=")
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000005.pt"]
     assert safe_load(run_dir / "checkpoints" / "step-00000005.pt")["counters"]["global_step"] == 5
@@ -238,6 +246,7 @@ def test_os_error_line_names_the_path_and_the_fix() -> None:
                     "free space, then continue with resume=RUN_DIR)")
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------- foreign checkpoints
 def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -246,10 +255,11 @@ def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path
     noise = tmp_path / "noise.pt"
     noise.write_bytes(os.urandom(3000))
     weights = tmp_path / "weights.pt"
-    results = run_cli_batch([
+    results = cli_batch([
         [*REGRESSION, f"hydra.run.dir={run_dir}"],
-        [*REGRESSION, "optimizer=sgd", f"resume={run_dir}"],
-        ["+task=autoencoder", *QUIET, f"resume={run_dir}"],
+        # The run finished: only an extension would load its checkpoint.
+        [*REGRESSION, "optimizer=sgd", f"resume={run_dir}", "resume_extend=true"],
+        ["+task=autoencoder", *QUIET, f"resume={run_dir}", "resume_extend=true"],
         [*REGRESSION, f"resume={notes}", f"hydra.run.dir={tmp_path / 'r1'}"],
         [*REGRESSION, f"resume={noise}", f"hydra.run.dir={tmp_path / 'r2'}"],
         [*REGRESSION, f"resume={weights}", f"hydra.run.dir={tmp_path / 'r3'}"],
@@ -258,22 +268,18 @@ def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path
         f"{str(weights)!r})"
     ))
     assert results[0]["code"] == 0, results[0]["stderr"]
-    assert_one_clear_line(results[1], "was written with optimizer._target_='torch.optim.AdamW', "
+    one_line_exit_2(results[1], "was written with optimizer._target_='torch.optim.AdamW', "
                                       "this run has 'torch.optim.SGD'")
-    assert_one_clear_line(results[2], "was written with task._target_="
+    one_line_exit_2(results[2], "was written with task._target_="
                                       "'beyondfit.tasks.regression.build'")
-    assert_one_clear_line(results[3], f"checkpoint '{notes}' is truncated or corrupt, or not a "
+    one_line_exit_2(results[3], f"checkpoint '{notes}' is truncated or corrupt, or not a "
                                       "checkpoint")
-    assert_one_clear_line(results[4], f"checkpoint '{noise}' is truncated or corrupt")
-    assert_one_clear_line(results[5], "is not a whole training checkpoint (no updates, "
+    one_line_exit_2(results[4], f"checkpoint '{noise}' is truncated or corrupt")
+    one_line_exit_2(results[5], "is not a whole training checkpoint (no updates, "
                                       "counters, metrics)")
 
 
-def make_engine(optimizer: str = "adam", callbacks: tuple = (), nan_at: int | None = None):
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
-    x = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
-    data = TensorBatches(x, x.sum(1, keepdim=True), batch_size=8, seed=0)
+def engine_and_data(optimizer: str = "adam", callbacks: tuple = (), nan_at: int | None = None):
     calls = [0]
 
     def loss_fn(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
@@ -284,17 +290,18 @@ def make_engine(optimizer: str = "adam", callbacks: tuple = (), nan_at: int | No
             loss = loss + torch.sqrt(model[0].weight.sum() * 0.0)
         return loss
 
-    opt = (torch.optim.Adam(model.parameters(), 1e-2) if optimizer == "adam"
-           else torch.optim.SGD(model.parameters(), 1e-2, momentum=0.9))
-    return Engine(model, loss_fn, opt, device="cpu", on_nonfinite="ignore",
-                  callbacks=list(callbacks)), data
+    opt = torch.optim.Adam if optimizer == "adam" else functools.partial(torch.optim.SGD,
+                                                                           momentum=0.9)
+    engine = kit.make_engine(lambda: kit.mlp(4, 8), loss_fn, optimizer=opt,
+                             on_nonfinite="ignore", callbacks=callbacks)
+    return engine, kit.sum_batches()
 
 
 def test_another_optimizer_is_refused_before_anything_is_loaded(tmp_path: Path) -> None:
     ckpt = Checkpointer(tmp_path / "checkpoints", every=5, monitor=None)
-    engine, data = make_engine("adam", (ckpt,))
+    engine, data = engine_and_data("adam", (ckpt,))
     engine.fit(data, max_steps=5)
-    other, _ = make_engine("sgd")
+    other, _ = engine_and_data("sgd")
     before = {k: v.clone() for k, v in other.model.state_dict().items()}
     with pytest.raises(BeyondfitError, match=r"holds the state of another optimizer \(settings "
                                              r"amsgrad, betas"):
@@ -307,12 +314,12 @@ def test_another_optimizer_is_refused_before_anything_is_loaded(tmp_path: Path) 
 def test_a_scheduled_optimizer_resumes_into_a_fresh_engine(tmp_path: Path) -> None:
     """A scheduler writes ``initial_lr`` into the saved groups; a fresh engine builds its own
     scheduler only after ``load``, so that key is scheduler bookkeeping, not another optimizer."""
-    engine, data = make_engine("adam")
+    engine, data = engine_and_data("adam")
     optimizer = engine.updates[0].optimizer
     torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     engine.fit(data, max_steps=3)
     path = engine.save(tmp_path / "ckpt.pt")
-    fresh, _ = make_engine("adam")
+    fresh, _ = engine_and_data("adam")
     fresh.load(path)
     assert fresh.global_step == 3
 
@@ -323,7 +330,7 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(
     """A NaN gradient from a finite loss poisons the weights at step 3 (on_nonfinite=ignore
     lets it through): steps 1-2 are saved, nothing after, and the log says why."""
     ckpt = Checkpointer(tmp_path, every=1, keep=10, monitor="loss")
-    engine, data = make_engine("adam", (ckpt,), nan_at=3)
+    engine, data = engine_and_data("adam", (ckpt,), nan_at=3)
     with caplog.at_level(logging.WARNING, logger="beyondfit"):
         engine.fit(data, max_steps=5)
     names = sorted(p.name for p in tmp_path.glob("*.pt"))
@@ -339,6 +346,7 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(
         assert nonfinite_entries(tensors) == [], path
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------- Ctrl-C during start-up
 @pytest.mark.parametrize("after", ["beyondfit", "torch", "hydra", "beyondfit.cli.app"])
 def test_ctrl_c_during_start_up_is_one_line_and_130(tmp_path: Path, after: str) -> None:

@@ -15,6 +15,8 @@ import pytest
 from beyondfit import BeyondfitError
 from beyondfit.cli.scaffold import scaffold
 
+from kit import rows
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,10 +28,7 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-def rows(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-
-
+@pytest.mark.e2e
 def test_scaffold_writes_three_files_and_never_overwrites(tmp_path: Path) -> None:
     written = scaffold("my_task", root=tmp_path)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in written) == [
@@ -64,6 +63,7 @@ def test_bad_names_and_kinds_are_one_line(tmp_path: Path, name: str, kind: str,
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.e2e
 def test_beyondfit_new_is_the_scaffold(tmp_path: Path) -> None:
     script = shutil.which("beyondfit")
     if script is None:
@@ -74,6 +74,7 @@ def test_beyondfit_new_is_the_scaffold(tmp_path: Path) -> None:
     assert "critic: false" in (tmp_path / "conf/task/probe.yaml").read_text()
 
 
+@pytest.mark.e2e
 def test_a_users_policy_gradient_loss_runs_with_checkpoints_logs_and_plots(
     tmp_path: Path,
 ) -> None:

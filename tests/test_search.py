@@ -28,10 +28,12 @@ def search(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def final(run_dir: Path, name: str) -> float:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [r[name] for r in rows if r.get(name) is not None][-1]
+    """The trial's result (``result.json``): the restored model's value."""
+    return json.loads((run_dir / "result.json").read_text())["values"][name]
 
 
+@pytest.mark.e2e
+@pytest.mark.runs("conf/search/regression_optuna.yaml")
 def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path) -> None:
     result = search("+search=regression_optuna", "hydra.sweeper.n_trials=3", "train.epochs=3",
                     cwd=tmp_path)  # fmt: skip
@@ -44,7 +46,7 @@ def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path
     assert set(results.best_params) == {
         "optimizer.lr", "optimizer.weight_decay", "task.hidden", "task.dropout"
     }  # fmt: skip
-    # Optuna got each trial's final val_loss: the best is the lowest of the three runs'.
+    # Optuna got each trial's result val_loss: the best is the lowest of the three runs'.
     finals = {p.name: final(p, "val_loss") for p in trials}
     assert results.best_value == pytest.approx(min(finals.values()), rel=1e-9)
     best = min(finals, key=finals.get)
@@ -53,6 +55,7 @@ def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path
     assert float(lr.partition("=")[2]) == pytest.approx(results.best_params["optimizer.lr"])
 
 
+@pytest.mark.e2e
 def test_a_diverged_trial_scores_the_worst_value_and_the_search_goes_on(tmp_path: Path) -> None:
     # SGD at lr 1000 (the largest optimizer.lr the config accepts) diverges in a few steps.
     result = search("+task=regression", "hydra/sweeper=optuna", "hydra/sweeper/sampler=grid",
@@ -67,6 +70,7 @@ def test_a_diverged_trial_scores_the_worst_value_and_the_search_goes_on(tmp_path
     assert math.isfinite(results.best_value)
 
 
+@pytest.mark.e2e
 def test_a_search_against_its_objective_stops_at_once_with_one_line(tmp_path: Path) -> None:
     result = search("+search=regression_optuna", "objective.mode=max", cwd=tmp_path)
     assert result.returncode == 2
@@ -101,18 +105,26 @@ def compose_search(*overrides: str):
         return compose("config", overrides=list(overrides), return_hydra_config=True)
 
 
-def test_cartpole_preset_searches_ppos_settings_for_the_final_greedy_return() -> None:
-    cfg = compose_search("+search=cartpole_optuna")
-    assert cfg.task._target_ == "beyondfit.tasks.policy_gradient.build" and cfg.task.algo == "ppo"
-    assert dict(cfg.objective) == {"metric": "val_return", "mode": "max"}
-    sweeper = cfg.hydra.sweeper
-    assert sweeper._target_.endswith("OptunaSweeper") and sweeper.direction == "maximize"
-    assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and sweeper.n_trials == 6
-    assert set(sweeper.params) == {
-        "optimizer.lr", "task.per_algo.ppo.clip_coef", "task.per_algo.ppo.epochs",
-        "task.per_algo.ppo.rollout_steps",
+@pytest.mark.runs("conf/search/cartpole_optuna.yaml", "conf/algo/ppo.yaml")
+def test_cartpole_preset_searches_ppos_settings_on_a_tiny_budget(tmp_path: Path) -> None:
+    # The README's command, as typed, with two trials of 1,024 env steps each.
+    result = search("+search=cartpole_optuna", "hydra.sweeper.n_trials=2",
+                    "task.total_env_steps=1024", "task.confirm_episodes=5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sweep = tmp_path / "sweep"
+    results = OmegaConf.load(sweep / "optimization_results.yaml")
+    assert set(results.best_params) == {
+        "optimizer.lr", "task.loss.clip_coef", "task.collector.epochs",
+        "task.collector.rollout_steps",
     }  # fmt: skip
-    # The RL tasks score their final greedy evaluation; supervised ones their val_loss.
+    finals = {p.name: final(p, "val_return") for p in sweep.iterdir() if p.is_dir()}
+    assert sorted(finals) == ["0", "1"]
+    assert results.best_value == pytest.approx(max(finals.values()))  # maximized
+    best = max(finals, key=finals.get)
+    config = OmegaConf.load(sweep / best / ".hydra" / "config.yaml")
+    assert config.task.collector.epochs == results.best_params["task.collector.epochs"]
+    assert config.task.loss._target_ == "beyondfit.rl.losses.ppo_loss"
+    # The RL tasks score their result's greedy return; supervised ones their val_loss.
     assert compose_search("+task=acrobot").objective.metric == "val_return"
     assert dict(compose_search("+task=autoencoder").objective) == {"metric": "val_loss",
                                                                    "mode": "min"}  # fmt: skip
@@ -128,6 +140,16 @@ def test_objective_is_the_last_finite_value_or_the_worst() -> None:
     assert objective(rl, [{"val_return": 500.0}]) == 500.0
     assert objective(rl, [{"val_return": float("inf")}]) == -math.inf
     assert objective(OmegaConf.create({}), [{"val_loss": 0.25}]) == 0.25  # the default
+
+
+def test_objective_is_the_results_value_when_the_run_has_one() -> None:
+    cfg = OmegaConf.create({"objective": {"metric": "val_loss", "mode": "min"}})
+    history = [{"loss": 2.0, "val_loss": 0.3}, {"loss": 1.0, "val_loss": 0.9}]
+    restored = {"values": {"val_loss": 0.3}}  # early stopping restored the first epoch
+    assert objective(cfg, history, restored) == 0.3  # not the last logged 0.9
+    assert objective(cfg, history, {"values": {"val_loss": None}}) == math.inf  # a NaN
+    train = OmegaConf.create({"objective": {"metric": "loss", "mode": "min"}})
+    assert objective(train, history, restored) == 1.0  # not in the result: the last logged
 
 
 @pytest.mark.parametrize(

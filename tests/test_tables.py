@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -21,18 +20,7 @@ from beyondfit.data.encoding import fit_encoding
 from beyondfit.data.tables import read_table
 from beyondfit.tasks import classification, regression
 
-from kit import cli
-
-
-def one_line_exit_2(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The run failed with status 2 and one short line on stderr holding every needle."""
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    assert len(result.stderr) < 400, result.stderr  # never a dump of the file's bytes
-    for needle in needles:
-        assert needle in result.stderr, result.stderr
-    return result.stderr
+from kit import cli, one_line_exit_2
 
 
 def numeric_csv(path: Path, n: int = 40, seed: int = 0) -> Path:
@@ -44,6 +32,7 @@ def numeric_csv(path: Path, n: int = 40, seed: int = 0) -> Path:
     return path
 
 
+@pytest.mark.e2e
 # ------------------------------------------------------------ files that cannot be read
 def test_not_utf8_csv_is_one_line_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "latin1.csv"
@@ -56,6 +45,7 @@ def test_not_utf8_csv_is_one_line_naming_the_file(tmp_path: Path) -> None:
     assert "Montr" not in stderr  # the reason, not the content
 
 
+@pytest.mark.e2e
 def test_binary_garbage_named_csv_is_short_and_clear(tmp_path: Path) -> None:
     path = tmp_path / "garbage.csv"
     path.write_bytes(np.random.default_rng(0).bytes(1 << 20))  # 1 MiB
@@ -122,6 +112,7 @@ def test_garbage_and_complex_npz_are_refused(tmp_path: Path) -> None:
         read_table(tmp_path / "objects.npz")
 
 
+@pytest.mark.e2e
 def test_complex_npz_on_the_command_line(tmp_path: Path) -> None:
     np.savez(tmp_path / "complex.npz", x=np.ones((40, 2)) * (1 + 2j), y=np.arange(40.0))
     one_line_exit_2(
@@ -147,6 +138,7 @@ def test_bad_cells_name_the_line_and_column(tmp_path: Path, content: str, messag
         read_table(path, "y")
 
 
+@pytest.mark.e2e
 # ------------------------------------------------------------ tables the tasks refuse
 def test_constant_target_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "flat.csv"
@@ -183,6 +175,7 @@ def test_text_and_missing_targets_are_refused(tmp_path: Path) -> None:
         regression.build(data={"path": str(path), "target": "y"})
 
 
+@pytest.mark.e2e
 def test_a_failed_run_leaves_nothing_that_breaks_the_next(tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"\xff\xfe" + "y,a\n1,2\n".encode("utf-16-le"))

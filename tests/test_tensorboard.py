@@ -19,6 +19,8 @@ from beyondfit.observers.tensorboard import TensorBoardLogger, flatten, summary_
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from kit import make_engine, mse
+
 
 def read_events(log_dir: Path) -> EventAccumulator:
     events = EventAccumulator(str(log_dir))
@@ -26,6 +28,7 @@ def read_events(log_dir: Path) -> EventAccumulator:
     return events
 
 
+@pytest.mark.e2e
 def test_cli_run_with_tensorboard_logger_writes_readable_scalars(tmp_path: Path) -> None:
     result = subprocess.run(
         [
@@ -54,14 +57,9 @@ def test_cli_run_with_tensorboard_logger_writes_readable_scalars(tmp_path: Path)
     assert (tmp_path / "metrics.csv").is_file()  # +logger= adds to the default csv logger
 
 
-def make_engine(callbacks: list, log_every: int = 100) -> Engine:
-    torch.manual_seed(0)
-    model = nn.Linear(2, 1)
-    return Engine(
-        model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(),
-        torch.optim.SGD(model.parameters(), lr=0.1), device="cpu", callbacks=callbacks,
-        log_every=log_every,
-    )  # fmt: skip
+def linear_engine(callbacks: list, log_every: int = 100) -> Engine:
+    return make_engine(lambda: nn.Linear(2, 1), mse, optimizer=torch.optim.SGD, lr=0.1,
+                       callbacks=callbacks, log_every=log_every)
 
 
 def batches() -> TensorBatches:
@@ -70,7 +68,7 @@ def batches() -> TensorBatches:
 
 
 def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path: Path) -> None:
-    engine = make_engine([TensorBoardLogger(tmp_path, hparams={"lr": 0.1, "hidden": [4, 4]})])
+    engine = linear_engine([TensorBoardLogger(tmp_path, hparams={"lr": 0.1, "hidden": [4, 4]})])
     history = engine.fit(batches(), epochs=3)
     events = read_events(tmp_path)
     loss = events.Scalars("loss")
@@ -80,11 +78,11 @@ def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path
 
 
 def test_resumed_run_purges_events_after_its_step(tmp_path: Path) -> None:
-    first = make_engine([TensorBoardLogger(tmp_path)], log_every=1)
+    first = linear_engine([TensorBoardLogger(tmp_path)], log_every=1)
     first.fit(batches(), epochs=2)  # steps 1..6
     state = first.state_dict()
     # Resume from step 3 (as from a checkpoint written at the end of epoch 1).
-    again = make_engine([TensorBoardLogger(tmp_path)], log_every=1)
+    again = linear_engine([TensorBoardLogger(tmp_path)], log_every=1)
     state["counters"].update(global_step=3, epoch=1, batch_in_epoch=0)
     again.load_state_dict(state)
     again.fit(batches(), epochs=2)

@@ -26,7 +26,7 @@ from beyondfit.cli.builders import build_loggers
 from beyondfit.cli.run import CONF_DIR, run
 from beyondfit.core.callbacks import Callback
 
-from kit import cli
+from kit import cli, make_engine, mse
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,6 +93,7 @@ def assert_every_row_tracked(run_dir: Path, history: dict[str, list[tuple[int, f
         assert len(steps) == len(set(steps)), f"{name} tracked twice at one step"
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------------- MLflow
 def test_mlflow_records_config_every_row_and_the_plots(tmp_path: Path, tracking) -> None:
     pytest.importorskip("mlflow")
@@ -120,6 +121,11 @@ def test_mlflow_records_config_every_row_and_the_plots(tmp_path: Path, tracking)
     assert_every_row_tracked(run_dir, history)
     assert [s for s, _ in history["val_loss"]] == [12, 24, 36]
     assert {5, 10, 12, 15, 36} <= {s for s, _ in history["loss"]}
+    # The run's result (the restored model's values) beside the curves, at the last step.
+    result = json.loads((run_dir / "result.json").read_text())
+    for name in ("val_loss", "val_r2"):
+        final = mlflow_history(env["MLFLOW_TRACKING_URI"], tracked.info.run_id, f"final_{name}")
+        assert final == [(36, pytest.approx(result["values"][name], rel=1e-6))]
 
     from mlflow import MlflowClient
 
@@ -129,6 +135,7 @@ def test_mlflow_records_config_every_row_and_the_plots(tmp_path: Path, tracking)
     assert Path(local).read_bytes() == (run_dir / "curves.png").read_bytes()
 
 
+@pytest.mark.e2e
 def test_mlflow_rl_run_sends_the_policy(tmp_path: Path, tracking) -> None:
     pytest.importorskip("mlflow")
     env = tracking
@@ -158,12 +165,9 @@ def test_a_failed_run_ends_its_mlflow_run_as_failed(tmp_path: Path, tracking) ->
     assert tracked.info.status == "FAILED"
 
 
-def make_engine(callbacks: list[Callback]) -> Engine:
-    torch.manual_seed(0)
-    model = nn.Linear(2, 1)
-    return Engine(model, lambda m, b: ((m(b[0]) - b[1]) ** 2).mean(),
-                  torch.optim.SGD(model.parameters(), lr=0.1), device="cpu",
-                  callbacks=callbacks, log_every=2)  # fmt: skip
+def linear_engine(callbacks: list[Callback]) -> Engine:
+    return make_engine(lambda: nn.Linear(2, 1), mse, optimizer=torch.optim.SGD, lr=0.1,
+                       callbacks=callbacks, log_every=2)
 
 
 def batches() -> TensorBatches:
@@ -179,7 +183,7 @@ def test_python_api_tracker_ends_at_fit_end_and_a_loaded_state_continues_it(
 
     uri = tracking["MLFLOW_TRACKING_URI"]
     first = MLflowTracker(tmp_path, config={"lr": 0.1, "net": {"width": 4}}, run_name="api")
-    engine = make_engine([first])
+    engine = linear_engine([first])
     engine.fit(batches(), epochs=2)
     (tracked,) = mlflow_runs(uri)
     assert tracked.info.status == "FINISHED" and tracked.info.run_name == "api"
@@ -190,7 +194,7 @@ def test_python_api_tracker_ends_at_fit_end_and_a_loaded_state_continues_it(
 
     # A new engine loading that state continues the same MLflow run; new keys are added.
     again = MLflowTracker(tmp_path, config={"lr": 0.2, "net": {"width": 4}, "new": 1})
-    resumed = make_engine([again])
+    resumed = linear_engine([again])
     resumed.load_state_dict(state)
     resumed.fit(batches(), epochs=3)
     (tracked,) = mlflow_runs(uri)
@@ -207,9 +211,10 @@ def test_mlflow_resume_of_a_run_missing_from_the_store_says_where_to_look(
     tracker = MLflowTracker(tmp_path)
     tracker.load_state_dict({"run_id": "0123456789abcdef0123456789abcdef"})
     with pytest.raises(BeyondfitError, match=r"is not in the tracking store .*MLFLOW_TRACKING_URI"):
-        tracker.on_fit_start(make_engine([]))
+        tracker.on_fit_start(linear_engine([]))
 
 
+@pytest.mark.e2e
 # ---------------------------------------------------------------------- W&B
 def test_wandb_offline_records_config_every_row_and_the_plots(tmp_path: Path) -> None:
     pytest.importorskip("wandb")
@@ -242,6 +247,9 @@ def test_wandb_offline_records_config_every_row_and_the_plots(tmp_path: Path) ->
     media = next(run_dir.glob("wandb/offline-run-*")) / "files" / image_row["plots/curves/path"]
     assert media.read_bytes() == (run_dir / "curves.png").read_bytes()
     assert image_row["step"] == 36
+    result = json.loads((run_dir / "result.json").read_text())
+    for name in ("val_loss", "val_r2"):  # the run's result in its summary
+        assert tracked.summary[f"final_{name}"] == pytest.approx(result["values"][name])
 
 
 def test_wandb_login_problem_is_one_clear_error(tmp_path: Path, monkeypatch, tracking) -> None:
@@ -254,10 +262,11 @@ def test_wandb_login_problem_is_one_clear_error(tmp_path: Path, monkeypatch, tra
     monkeypatch.setattr(wandb, "init", refuse)
     tracker = WandbTracker(tmp_path, mode="online")
     with pytest.raises(BeyondfitError, match=r"api_key not configured .*WANDB_MODE=offline"):
-        tracker.on_fit_start(make_engine([]))
+        tracker.on_fit_start(linear_engine([]))
 
 
 # ---------------------------------------------------------------------- both, under torchrun
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_torchrun_tracks_once_from_rank_0_and_resume_continues_the_tracked_runs(
     tmp_path: Path, tracking
@@ -329,6 +338,7 @@ def test_bad_logger_options_name_the_key(tmp_path: Path) -> None:
             build_loggers(compose_loggers(*overrides), tmp_path)
 
 
+@pytest.mark.e2e
 def test_a_logger_of_your_own(tmp_path: Path) -> None:
     """A callback from the user's own module, named by ``_target_`` in the logger group."""
     (tmp_path / "my_logger.py").write_text(textwrap.dedent("""
@@ -412,7 +422,7 @@ def test_tracker_base_logs_each_row_once_and_a_lost_server_is_a_warning(
 ) -> None:
     (tmp_path / "curves.png").write_bytes(b"png")
     tracker = memory_tracker(tmp_path)
-    make_engine([tracker]).fit(batches(), epochs=2, val_data=val_batches())
+    linear_engine([tracker]).fit(batches(), epochs=2, val_data=val_batches())
     calls = tracker.calls
     assert calls[0] == ("start", None)
     assert calls[1] == ("params", {"opt.lr": 0.1}, False)  # resume is no parameter
@@ -427,7 +437,7 @@ def test_tracker_base_logs_each_row_once_and_a_lost_server_is_a_warning(
 
     failing = memory_tracker(tmp_path, fail_files=True)
     with caplog.at_level("WARNING", logger="beyondfit"):
-        make_engine([failing]).fit(batches(), epochs=1)
+        linear_engine([failing]).fit(batches(), epochs=1)
     assert failing.calls[-1] == ("end", "finished")  # ended all the same
     assert "memory: the run's files were not sent: server went away" in caplog.text
 

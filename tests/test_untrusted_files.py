@@ -26,6 +26,7 @@ def run_dir(path: Path, overrides: list[str], config: str) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_compare_never_resolves_a_run_directorys_config(tmp_path: Path) -> None:
     run_dir(tmp_path / "sweep" / "0", ["+task=regression", "optimizer.lr=${oc.env:BF_SECRET}"],
             "seed: ${oc.env:BF_SECRET}\n")
@@ -40,6 +41,7 @@ def test_compare_never_resolves_a_run_directorys_config(tmp_path: Path) -> None:
     assert "optimizer.lr=${oc.env:BF_SECRET}" in report  # shown as written, not run
 
 
+@pytest.mark.e2e
 def test_an_unreadable_hydra_record_is_one_warning(tmp_path: Path) -> None:
     run_dir(tmp_path / "run", ["+task=regression"], "seed: [unclosed\n")
     done = cli(str(tmp_path / "run"), module="beyondfit.compare")

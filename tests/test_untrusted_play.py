@@ -106,6 +106,7 @@ def test_a_doctored_policy_file_is_refused_and_nothing_is_imported(tmp_path: Pat
     assert sorted(p.name for p in tmp_path.iterdir()) == ["policy.pt", "sentinel.py"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", ["nested target in a wrapper option", "a module: env"])
 def test_play_refuses_a_doctored_file_in_one_line_and_writes_nothing(tmp_path: Path,
                                                                      case: str) -> None:
@@ -119,6 +120,7 @@ def test_play_refuses_a_doctored_file_in_one_line_and_writes_nothing(tmp_path: P
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["policy.pt", "sentinel.py"]
 
 
+@pytest.mark.e2e
 def test_consent_imports_the_module_named(tmp_path: Path) -> None:
     write_policy(tmp_path / "run", architecture(env="sentinel:Trap-v0",
                                                 wrappers=[{"_target_": "sentinel.Wrap"}]))
@@ -169,6 +171,7 @@ def test_nan_weights_and_foreign_weights_are_refused(tmp_path: Path) -> None:
         load_policy(tmp_path)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("flag", "words"), [(("--episodes", "0"), "--episodes 0"),
                                              (("--seed", "-1"), "--seed -1")])
 def test_play_refuses_no_episodes_or_a_negative_seed(tmp_path: Path, flag: tuple[str, str],

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from kit import cli
 
 
+@pytest.mark.e2e
 def test_a_failing_job_fails_alone_and_the_sweep_reports_it(tmp_path: Path) -> None:
     done = cli("-m", "+task=regression", "task.val_fraction=0.2,7,0.3", "train.epochs=1",
                "plots=false", "hydra.sweep.dir=sweep", cwd=tmp_path)
@@ -22,6 +25,7 @@ def test_a_failing_job_fails_alone_and_the_sweep_reports_it(tmp_path: Path) -> N
     assert "job 1 (+task=regression task.val_fraction=7" in lines[1]
 
 
+@pytest.mark.e2e
 def test_a_sweep_without_failures_exits_0(tmp_path: Path) -> None:
     done = cli("-m", "+task=regression", "seed=0,1", "train.epochs=1", "plots=false",
                "hydra.sweep.dir=sweep", cwd=tmp_path)

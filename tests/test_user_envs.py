@@ -55,6 +55,7 @@ WRAPPERS = (
 )
 
 
+@pytest.mark.e2e
 def test_a_users_env_and_wrappers_train_from_the_command_line_and_play(tmp_path: Path) -> None:
     (tmp_path / "myenvs.py").write_text(USER_ENVS)
     done = cli("+task=cartpole", "task.env=myenvs:Corridor-v0", WRAPPERS,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,14 +16,13 @@ from beyondfit.cli.builders import build_task
 from beyondfit.cli.run import available
 from beyondfit.cli.targets import swapped_targets
 
-from kit import cli
+from kit import cli, one_line_exit_2
 
 ROOT = Path(__file__).resolve().parent.parent
 
 USER_MODULE = '''
 import torch
-from beyondfit.data import TensorBatches
-from beyondfit.tasks import Task
+from beyondfit import Task, TensorBatches
 
 
 def build(seed: int = 0, width: int = 8, batch_size: int = 32):
@@ -81,14 +79,7 @@ def user_project(root: Path, **targets: str) -> Path:
     return root
 
 
-def one_line_exit_2(done: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert done.returncode == 2, done.stderr
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("beyondfit: error: "), done.stderr
-    for word in words:
-        assert word in lines[0]
-
-
+@pytest.mark.e2e
 def test_config_dir_task_runs_with_checkpoints_logs_and_plots(tmp_path: Path) -> None:
     user_project(tmp_path, mine="mymod.build")
     done = cli("--config-dir", "conf", "+task=mine", "hydra.run.dir=run", cwd=tmp_path)
@@ -100,6 +91,7 @@ def test_config_dir_task_runs_with_checkpoints_logs_and_plots(tmp_path: Path) ->
     assert (run / "curves.png").is_file()
 
 
+@pytest.mark.e2e
 def test_hydra_searchpath_and_the_console_script_find_the_task_too(tmp_path: Path) -> None:
     user_project(tmp_path, mine="mymod.build")
     script = shutil.which("beyondfit")
@@ -112,6 +104,7 @@ def test_hydra_searchpath_and_the_console_script_find_the_task_too(tmp_path: Pat
     assert (tmp_path / "run" / "metrics.jsonl").is_file()
 
 
+@pytest.mark.e2e
 def test_help_and_the_unknown_task_check_list_the_users_tasks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -141,11 +134,13 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
     assert "(pick with algo=NAME; your own: DIR/algo/dqn.yaml with --config-dir DIR)" in err[2]
 
 
+@pytest.mark.e2e
 def test_a_missing_config_dir_is_one_line(tmp_path: Path) -> None:
     done = cli("--config-dir", "confs", "+task=mine", cwd=tmp_path)
     one_line_exit_2(done, "--config-dir confs: no such directory")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("target", "words"),
     [
@@ -221,6 +216,7 @@ def test_a_swapped_builder_gets_only_the_options_it_takes(
     )
 
 
+@pytest.mark.e2e
 def test_swapping_the_builder_on_the_command_line_runs(tmp_path: Path) -> None:
     user_project(tmp_path)
     # regression's batch_size is "auto", which mymod.build (batch_size: int) would receive.

@@ -51,13 +51,14 @@ def read_records(path: Path) -> list[Any]:
 
 @dataclass
 class OfflineRun:
-    """What an offline run recorded: id, config, history rows, artifacts, exit code."""
+    """What an offline run recorded: id, config, history rows, artifacts, summary, exit code."""
 
     run_id: str
     resumed: bool
     config: dict[str, Any] = field(default_factory=dict)
     history: list[dict[str, Any]] = field(default_factory=list)
     artifacts: list[tuple[str, str, list[str]]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
     exit_code: int | None = None
 
 
@@ -82,6 +83,9 @@ def read_offline_run(run_dir: Path) -> OfflineRun:
                 for item in record.history.item
             }
             run.history.append(row)
+        elif kind == "summary":
+            for item in record.summary.update:
+                run.summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
         elif kind == "artifact":
             paths = [entry.path for entry in record.artifact.manifest.contents]
             run.artifacts.append((record.artifact.name, record.artifact.type, paths))

@@ -2,34 +2,25 @@
 
 The file format itself (atomic write, safe read) is the engine's
 (:mod:`beyondfit.core.serialization`); this package decides *when* to save, *which* file
-to resume from, and turns Ctrl-C and SIGTERM into a checkpoint and a clean exit.
+to resume from (``beyondfit.resume``, the one entry point), and turns Ctrl-C and SIGTERM
+into a checkpoint and a clean exit.
 """
 
 from beyondfit.checkpoint.checkpointer import (
     BEST_FILE,
     CHECKPOINT_DIR,
-    Checkpointer,
     step_checkpoints,
     step_file_name,
 )
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
-from beyondfit.checkpoint.resume import (
-    config_changes,
-    resume,
-    resume_candidates,
-    resume_run_dir,
-)
+from beyondfit.checkpoint.resume import config_changes
 
 __all__ = [
     "BEST_FILE",
     "CHECKPOINT_DIR",
-    "Checkpointer",
     "GracefulInterrupt",
     "TrainingInterrupted",
     "config_changes",
-    "resume",
-    "resume_candidates",
-    "resume_run_dir",
     "step_checkpoints",
     "step_file_name",
 ]

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor, check_mode
 from beyondfit.core.serialization import nonfinite_entries
 from beyondfit.core.state_checks import field_problem
 
@@ -35,7 +36,6 @@ log = logging.getLogger("beyondfit")
 CHECKPOINT_DIR = "checkpoints"
 BEST_FILE = "best.pt"
 _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
-_MODES = ("min", "max")
 
 
 def step_file_name(step: int) -> str:
@@ -107,18 +107,30 @@ class Checkpointer(Callback):
             )
         if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
             raise BeyondfitError(f"checkpoint.keep={keep!r}; it must be a whole number >= 1")
-        if mode not in _MODES:
-            raise BeyondfitError(f"checkpoint.mode={mode!r}; use min or max")
+        # The best value so far of the monitored metric (saved in checkpoints).
+        self.tracked = (Monitor(monitor, mode, owner="checkpoint", key="checkpoint.")
+                        if monitor else None)
+        if self.tracked is None:
+            check_mode(mode, "checkpoint.")  # a wrong mode is a mistake even unused
         self.directory = Path(directory)
         self.every = every
         self.keep = keep
         self.monitor = monitor or None
         self.mode = mode
         self.extra = dict(extra or {})
-        self.best: float | None = None  # best monitored value so far (saved in checkpoints)
         self.best_step: int | None = None
         self.last_path: Path | None = None  # the newest file this run wrote
         self._pending_best: float | None = None  # a new best seen, not yet saved
+
+    @property
+    def best(self) -> float | None:
+        """The best monitored value so far (``None``: none yet, or no monitor)."""
+        return self.tracked.best if self.tracked is not None else None
+
+    @best.setter
+    def best(self, value: float | None) -> None:
+        if self.tracked is not None:
+            self.tracked.best = value
 
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, engine: Engine) -> None:
@@ -192,13 +204,10 @@ class Checkpointer(Callback):
         return True
 
     def _consider(self, logs: Mapping[str, float]) -> None:
-        if self.monitor is None or self.monitor not in logs:
+        if self.tracked is None or self.tracked.metric not in logs:
             return
-        value = float(logs[self.monitor])
-        if value != value:  # NaN is never best
-            return
-        reference = self._pending_best if self._pending_best is not None else self.best
-        if reference is None or (value < reference if self.mode == "min" else value > reference):
+        value = float(logs[self.tracked.metric])
+        if self.tracked.beats(value, self._pending_best):  # (None: against the best so far)
             self._pending_best = value
 
     def _take_best(self, engine: Engine) -> bool:

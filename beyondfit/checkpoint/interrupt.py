@@ -2,7 +2,7 @@
 
 The first signal only sets a flag: the optimizer step in progress finishes (a whole
 accumulation window), the engine stops without closing the epoch, the
-:class:`~beyondfit.checkpoint.Checkpointer` writes its final checkpoint, and
+:class:`~beyondfit.Checkpointer` writes its final checkpoint, and
 :class:`TrainingInterrupted` leaves ``fit``; the command line prints where the checkpoint
 is and how to resume, and exits 130 (SIGINT) or 143 (SIGTERM). A second signal exits at
 once with the same status: every file beyondfit writes is replaced atomically (checkpoints,
@@ -24,7 +24,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 
 if TYPE_CHECKING:
-    from beyondfit.checkpoint import Checkpointer
+    from beyondfit import Checkpointer
     from beyondfit.core.engine import Engine
 
 #: Exit statuses a shell reports for a process killed by these signals (128 + number).

@@ -20,11 +20,12 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondfit.checkpoint import resume_run_dir
 from beyondfit.checkpoint.interrupt import TrainingInterrupted
-from beyondfit.cli.choices import check_choices, fail
+from beyondfit.checkpoint.resume import resume_run_dir
+from beyondfit.cli.choices import INFO_FLAGS, check_choices, fail
 from beyondfit.cli.interpolation import check_interpolations
 from beyondfit.cli.jobs import end_jobs, end_sweep, follow_jobs, job_failed, share_job
+from beyondfit.cli.result import already_finished_line, finished_run, read_result
 from beyondfit.cli.run import (
     CONF_DIR,
     objective,
@@ -35,6 +36,7 @@ from beyondfit.cli.run import (
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
 from beyondfit.core.errors import BeyondfitError, one_line_warning
+from beyondfit.core.strategy import process_strategy
 from beyondfit.distributed import init_process_group, launch_env, shutdown
 
 
@@ -93,7 +95,7 @@ def _job(cfg: DictConfig) -> float | None:
         if exc.checkpoint is not None:
             print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    return objective(cfg, history) if search else None
+    return objective(cfg, history, read_result(run_dir)) if search else None
 
 
 def searching() -> bool:
@@ -167,6 +169,28 @@ def resume_overrides(args: list[str]) -> list[str]:
     return [f"hydra.run.dir={text}", "hydra.output_subdir=.hydra/resume"]
 
 
+def finished_resume(args: list[str]) -> bool:
+    """``resume=RUN_DIR`` of a run that finished, without ``resume_extend=true``: say so (one
+    line, exit 0) before Hydra writes anything, so that the run directory stays as it was."""
+    resume, extend, elsewhere = None, False, None
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        key, value = key.lstrip("+"), value.strip().strip("'\"")
+        if sep and key == "resume" and value not in ("", "null"):
+            resume = value
+        elif sep and key == "resume_extend":
+            extend = value.lower() == "true"
+        elif sep and key == "hydra.run.dir":
+            elsewhere = Path(value).expanduser().resolve()
+    if resume is None or extend or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
+        return False
+    finished = finished_run(resume)
+    if finished is None or (elsewhere is not None and elsewhere != finished[0]):
+        return False  # not finished, or a branch into a directory of its own
+    print(f"beyondfit: {already_finished_line(*finished)}")
+    return True
+
+
 def _follow(cfg: DictConfig, run_dir: str) -> None:
     """A non-zero torchrun rank: run the job rank 0 composed, in rank 0's run directory."""
     try:
@@ -229,6 +253,8 @@ def _main() -> None:
     if launch_dir not in sys.path:
         sys.path.insert(0, launch_dir)
     check_choices(sys.argv[1:])
+    if finished_resume(sys.argv[1:]):
+        return
     sys.argv += resume_overrides(sys.argv[1:])
     sys.argv += resolve_flag(sys.argv[1:])
     try:
@@ -239,7 +265,7 @@ def _main() -> None:
         # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
         # (one run directory, one .hydra/, one log) and sends every job to the others.
         init_process_group(env)
-        if env.rank != 0:
+        if not process_strategy().is_main:
             follow_jobs(_follow)
             shutdown()
             return

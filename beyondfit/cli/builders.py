@@ -11,11 +11,11 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.checkpoint import CHECKPOINT_DIR, Checkpointer
+from beyondfit import Checkpointer, Task
+from beyondfit.checkpoint import CHECKPOINT_DIR
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.observers import CsvFile
-from beyondfit.tasks import Task
+from beyondfit.observers.files import CsvFile
 
 log = logging.getLogger("beyondfit")
 
@@ -71,7 +71,7 @@ def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Ta
         raise BeyondfitError(
             f"task._target_={target!r} returned {type(task).__name__}, not a beyondfit Task: "
             "end the builder with return Task(model=..., loss_fn=..., train_data=...) "
-            "(from beyondfit.tasks import Task)"
+            "(from beyondfit import Task)"
         )
     task.check(f"task._target_={target!r} returned a Task whose")
     return task
@@ -209,7 +209,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     is installed).
     """
     from beyondfit.core.console import progress_callback
-    from beyondfit.observers.plots import CurvesPlot, has_matplotlib
+    from beyondfit.observers.plots import CurvesPlot, has_matplotlib, skipped_without_matplotlib
 
     train = cfg.train
     epochs = int(train.epochs)
@@ -239,6 +239,9 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
+    elif plots == "auto":  # one line, so that a missing curves.png is no surprise
+        skipped_without_matplotlib("curves.png", ", or set plots=false to skip it without "
+                                   "this note")
     return callbacks
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from beyondfit.cli.run import available, no_task_message
 
 # Flags with which Hydra prints something instead of running a job.
-_INFO_FLAGS = (
+INFO_FLAGS = (
     "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
 )  # fmt: skip
 
@@ -65,7 +65,7 @@ def check_choices(args: list[str]) -> None:
 
     The options are the shipped configs' and those of the user's config directories.
     """
-    if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
+    if any(a in INFO_FLAGS or a.startswith("--cfg=") for a in args):
         return
     dirs = user_config_dirs(args)
     picked_task = False

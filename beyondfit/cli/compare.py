@@ -6,7 +6,9 @@ grouped into *settings* by their command-line overrides, ignoring ``seed`` and `
 ``-m +task=regression optimizer.lr=0.01,0.1 seed=0,1,2`` gives two settings of three seeds.
 For each setting the PNG draws the mean curve across seeds and shades the spread
 (min to max; at each step, over the runs that reached it); the markdown table gives each
-key metric's final value as mean ± std, and a second table its interquartile mean (IQM)
+key metric's final value as mean ± std (the run's result, ``result.json``, where it has one:
+the model it ended with, not the last epoch logged; see :mod:`beyondfit.cli.result`), and a
+second table its interquartile mean (IQM)
 with a 95% stratified bootstrap interval over the seeds (:mod:`beyondfit.cli.intervals`,
 the method of Agarwal et al. 2021). ``compare_scores.png`` draws every run's final value
 per setting beside that IQM and interval.
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from beyondfit.cli.intervals import iqm_interval
+from beyondfit.cli.result import read_result, result_value
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.observers.plots import (
     new_figure,
@@ -41,12 +44,13 @@ from beyondfit.observers.plots import (
 
 @dataclass
 class Run:
-    """One run directory: its rows and the overrides it was launched with."""
+    """One run directory: its rows, the overrides it was launched with, its final record."""
 
     path: Path
     rows: list[dict[str, Any]]
     overrides: list[str] = field(default_factory=list)
     seed: Any = None
+    result: dict[str, Any] | None = None
 
 
 @dataclass
@@ -78,7 +82,8 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
         for file in files:
             rows = read_metrics(file)
             if rows:
-                runs.append(Run(file.parent, rows, *_launch_info(file.parent)))
+                overrides, seed = _launch_info(file.parent)
+                runs.append(Run(file.parent, rows, overrides, seed, read_result(file.parent)))
     if not runs:
         raise BeyondfitError("the runs found have empty metrics files: nothing to compare")
     return runs
@@ -190,7 +195,10 @@ def band(curves: Sequence[tuple[list[float], list[float]]]) -> tuple[list[float]
 
 
 def final_value(run: Run, name: str) -> float | None:
-    """The last logged value of ``name`` in ``run`` (None when it never logged it)."""
+    """``name`` in the run's result (``result.json``: the restored model's validation values,
+    an RL run's confirming evaluation), else its last logged value (None: never logged)."""
+    if run.result is not None and name in run.result["values"]:
+        return result_value(run.result, name)
     _, values = series(run.rows, name)
     return values[-1] if values else None
 
@@ -325,7 +333,9 @@ def compare(
         f"# Comparison of {sum(len(s.runs) for s in settings)} runs\n\n"
         f"From {sources}"
         + (f"; seeds {', '.join(seeds)}" if seeds else "")
-        + ". Final values, mean ± std across the runs of each setting "
+        + ". Final values, mean ± std across the runs of each setting: each run's result "
+        "(`result.json`: the values of the model it ended with, e.g. the restored best "
+        "weights or an RL run's confirming evaluation), else its last logged value "
         "(curves: `compare.png`).\n\n" + table(settings, names)
         + "\nInterquartile mean (IQM: the mean of the middle 50% of the runs) of the final "
         "values, with its 95% stratified bootstrap interval over the runs of each setting "

@@ -7,9 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-import torch.distributed as dist
-
-from beyondfit.distributed.launch import world_size
+from beyondfit.core.strategy import process_strategy
 
 #: The jobs of this multirun sweep that failed: "job N (OVERRIDES): LINE".
 FAILED_JOBS: list[str] = []
@@ -22,20 +20,21 @@ def share_job(cfg: Any, run_dir: str) -> tuple[Any, str]:
     The config is resolved once, here: ``${now:...}`` and ``${hydra:...}`` mean the same on
     every rank (hydra #2070), and only rank 0 ever ran Hydra or made a directory.
     """
-    if world_size() == 1:
+    strategy = process_strategy()
+    if strategy.world_size == 1:
         return cfg, run_dir
     from omegaconf import OmegaConf
 
     container = OmegaConf.to_container(cfg, resolve=True)
-    box = [{"cfg": container, "run_dir": str(run_dir)}]
-    dist.broadcast_object_list(box, src=0)
+    strategy.broadcast({"cfg": container, "run_dir": str(run_dir)})
     return OmegaConf.create(container), str(run_dir)
 
 
 def end_jobs() -> None:
     """Rank 0 tells the waiting ranks that there are no more jobs."""
-    if world_size() > 1:
-        dist.broadcast_object_list([None], src=0)
+    strategy = process_strategy()
+    if strategy.world_size > 1:
+        strategy.broadcast(None)
 
 
 def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
@@ -43,11 +42,10 @@ def follow_jobs(run_job: Callable[[Any, str], Any]) -> int:
     number run. A Hydra multirun under torchrun is a sequence of such jobs."""
     from omegaconf import OmegaConf
 
+    strategy = process_strategy()
     done = 0
     while True:
-        box: list[Any] = [None]
-        dist.broadcast_object_list(box, src=0)
-        job = box[0]
+        job = strategy.broadcast(None)  # rank 0's next job
         if job is None:
             return done
         run_job(OmegaConf.create(job["cfg"]), job["run_dir"])
@@ -62,7 +60,7 @@ def job_failed(message: str) -> bool:
     from hydra.types import RunMode
 
     hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN or world_size() > 1:
+    if hydra_cfg.mode != RunMode.MULTIRUN or process_strategy().world_size > 1:
         return False
     job = f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)})"
     FAILED_JOBS.append(f"{job}: {message}")

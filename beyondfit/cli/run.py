@@ -16,7 +16,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from beyondfit.checkpoint import config_changes, resume
+from beyondfit import MetricsFile, resume
+from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.cli.builders import (
     absolute_paths,
@@ -27,15 +28,24 @@ from beyondfit.cli.builders import (
     engine_options,
     output_callbacks,
 )
+from beyondfit.cli.result import (
+    RESULT_FILE,
+    already_finished_line,
+    final_record,
+    finished_run,
+    result_line,
+    result_value,
+    write_result,
+)
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
 from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
 from beyondfit.core.callbacks import Callback, StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.options import check_number
 from beyondfit.core.seeding import seed_everything
-from beyondfit.distributed import resolve_strategy
-from beyondfit.observers import MetricsFile
+from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 
 #: The most intra-op threads a run may ask for (far more than any machine's cores).
@@ -73,6 +83,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     # One live run per directory (the command line took the lock before Hydra wrote there).
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
+        finished = finished_run(str(cfg.resume)) if cfg.get("resume") else None
+        if finished is not None and finished[0] == run_dir.resolve():  # not a branch elsewhere
+            if not cfg.get("resume_extend"):
+                log.info("%s", already_finished_line(*finished))
+                return []
+            # Extended: no longer finished until it finishes again (a kill meanwhile resumes).
+            if strategy.is_main:
+                (finished[0] / RESULT_FILE).unlink(missing_ok=True)
         return _train(cfg, run_dir, strategy, started)
     finally:
         if claimed:
@@ -121,6 +139,8 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     if cfg.get("resume"):
         engine.train_data = task.train_data  # its saved position is checked with the rest
         resume_engine(engine, cfg)
+        if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
+            engine.resumed_stop = None
     try:
         with interrupt:  # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
             history = engine.fit(
@@ -132,10 +152,15 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
             )
         if engine.stopped_by:
             log.info("stopped early: %s", engine.stopped_by)
-        if task.finish is not None and strategy.is_main:  # it may save artifacts: rank 0's job
-            for line in task.finish(engine, run_dir) or []:
-                log.info("%s", line)
-        elif not strategy.is_main:
+        record: dict[str, Any] | None = None
+        if strategy.is_main:
+            if task.finish is not None:  # it may save artifacts: rank 0's job
+                for line in task.finish(engine, run_dir) or []:
+                    log.info("%s", line)
+            # What the run ended with, last: its presence says every other file is written.
+            record = final_record(engine, callbacks, objective_settings(cfg))
+            log.info("%s", result_line(record, write_result(run_dir, record)))
+        else:
             for data in (task.train_data, task.val_data):  # e.g. this rank's environments
                 close = getattr(data, "close", None)
                 if callable(close):
@@ -146,7 +171,7 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
         end_trackers(callbacks, status)
         raise
     # After the task's finish: the trackers send the files it wrote (policy.pt) too.
-    end_trackers(callbacks, "finished")
+    end_trackers(callbacks, "finished", record)
     log.info(
         "done in %.1fs: %d optimizer steps; metrics in %s",
         time.perf_counter() - started,
@@ -160,7 +185,8 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
 _RESUME_SAME = ("task._target_", "optimizer._target_")
 # Settings that may differ on resume without changing what is computed.
 _RESUME_MAY_CHANGE = (
-    "resume", "device", "threads", "checkpoint", "progress", "plots", "logger", "objective",
+    "resume", "resume_extend", "device", "threads", "checkpoint", "progress", "plots", "logger",
+    "objective",
 )
 
 
@@ -194,34 +220,38 @@ def no_task_message(config_dirs: Sequence[Path] = ()) -> str:
     )
 
 
-_MODES = ("min", "max")
+def objective(
+    cfg: DictConfig, history: list[dict[str, float]], record: Mapping[str, Any] | None = None
+) -> float:
+    """The value a hyperparameter search optimizes: ``objective.metric`` of the run's result.
 
-
-def objective(cfg: DictConfig, history: list[dict[str, float]]) -> float:
-    """The value a hyperparameter search optimizes: the run's last ``objective.metric``.
-
-    ``objective: {metric: val_loss, mode: min}`` by default; the RL task configs set
-    ``val_return`` and ``max`` (the final greedy evaluation). A run whose metric is NaN or
-    infinite, or was never logged, scores the worst value, ``+inf`` to minimize and
-    ``-inf`` to maximize (see :func:`worst_objective`), so that a search learns to avoid
-    its settings instead of stopping.
+    ``record`` is the run's final record (``result.json``, :mod:`beyondfit.cli.result`): the
+    restored model's validation values with early stopping, the confirming evaluation of an
+    RL run. A metric it lacks (a training value such as ``loss``) is the last one logged in
+    ``history``. ``objective: {metric: val_loss, mode: min}`` by default; the RL task configs
+    set ``val_return`` and ``max``. A run whose metric is NaN or infinite, or was never
+    logged, scores the worst value, ``+inf`` to minimize and ``-inf`` to maximize (see
+    :func:`worst_objective`), so that a search learns to avoid its settings instead of
+    stopping.
     """
-    metric, mode = objective_settings(cfg)
-    for row in reversed(history):
-        value = row.get(metric)
-        if value is not None:
-            value = float(value)
-            if math.isfinite(value):
-                return value
-            log.warning("objective %s=%s is not finite: scored as %s", metric, value,
-                        worst_objective(mode))
-            return worst_objective(mode)
+    tracked = Monitor(*objective_settings(cfg), owner="objective", key="objective.")
+    final = (record or {}).get("values") or {}
+    if tracked.metric in final:  # null in the file: a NaN or infinite value
+        value = result_value(record, tracked.metric)
+    else:
+        value = tracked.last(history)
+    if value is not None and math.isfinite(value):
+        return value
+    if value is not None or tracked.metric in final:
+        log.warning("objective %s=%s is not finite: scored as %s", tracked.metric, value,
+                    tracked.worst)
+        return tracked.worst
     logged = sorted({k for row in history for k in row if k not in ("epoch", "step")})
     log.warning(
         "objective.metric=%s was never logged (logged: %s): scored as %s; set objective.metric",
-        metric, ", ".join(logged) or "nothing", worst_objective(mode),
+        tracked.metric, ", ".join(logged) or "nothing", tracked.worst,
     )
-    return worst_objective(mode)
+    return tracked.worst
 
 
 def objective_settings(cfg: DictConfig) -> tuple[str, str]:
@@ -231,9 +261,7 @@ def objective_settings(cfg: DictConfig) -> tuple[str, str]:
     if unknown:
         raise BeyondfitError(f"unknown objective option(s) {unknown}; known: metric, mode")
     metric = section.get("metric") or "val_loss"
-    mode = str(section.get("mode") or "min")
-    if mode not in _MODES:
-        raise BeyondfitError(f"objective.mode={mode!r}; use min or max")
+    mode = check_mode(str(section.get("mode") or "min"), "objective.")
     return str(metric), mode
 
 
@@ -243,4 +271,4 @@ def worst_objective(mode: str) -> float:
     Optuna records an infinite value as a complete trial that lost (a NaN would be a failed
     trial, which its samplers ignore): TPE then steers away from the settings that diverged.
     """
-    return math.inf if mode == "min" else -math.inf
+    return worst_value(mode)

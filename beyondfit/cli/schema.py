@@ -106,6 +106,7 @@ class BeyondfitConfig:
     device: str = MISSING  # checked by resolve_device: auto, cpu, cuda, cuda:N, mps
     threads: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
     resume: Optional[str] = MISSING
+    resume_extend: bool = MISSING
     plots: Any = field(default=MISSING, metadata=_choice("auto", True, False))
     engine: EngineConfig = field(default_factory=EngineConfig)
     train: TrainConfig = field(default_factory=TrainConfig)

@@ -2,29 +2,8 @@
 
 Nothing here imports Hydra, OmegaConf, Gymnasium, matplotlib or TensorBoard, nor any of
 ``beyondfit.rl``, ``beyondfit.tasks``, ``beyondfit.cli`` or ``beyondfit.observers``.
+
+The names a user composes are re-exported once, at the top level (``from beyondfit import
+Engine``); everything else is imported from its module (``beyondfit.core.strategy``,
+``beyondfit.core.metrics``, ``beyondfit.core.device``, ...).
 """
-
-from beyondfit.core.callbacks import Callback, StopRule
-from beyondfit.core.device import move_to_device, resolve_device
-from beyondfit.core.early_stopping import EarlyStopping
-from beyondfit.core.engine import Engine
-from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.metrics import MetricTracker
-from beyondfit.core.seeding import seed_everything
-from beyondfit.core.strategy import Strategy, resolve_strategy
-from beyondfit.core.update import Update
-
-__all__ = [
-    "BeyondfitError",
-    "Callback",
-    "EarlyStopping",
-    "Engine",
-    "MetricTracker",
-    "StopRule",
-    "Strategy",
-    "Update",
-    "move_to_device",
-    "resolve_device",
-    "resolve_strategy",
-    "seed_everything",
-]

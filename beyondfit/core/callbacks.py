@@ -89,11 +89,15 @@ class StopRule(Callback):
         self.value = float(value)
         self.rule = f"{self.metric}{self.op}{value}"
 
-    def _check(self, engine: Engine, logs: Mapping[str, float]) -> None:
+    def holds(self, logs: Mapping[str, float]) -> bool:
+        """Whether ``logs`` satisfy the rule (``False`` when they lack its metric)."""
         value = logs.get(self.metric)
-        if value is not None and _COMPARISONS[self.op](value, self.value):
+        return value is not None and bool(_COMPARISONS[self.op](value, self.value))
+
+    def _check(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        if self.holds(logs):
             engine.should_stop = True
-            engine.stopped_by = f"{self.rule} ({self.metric}={value:.4g})"
+            engine.stopped_by = f"{self.rule} ({self.metric}={logs[self.metric]:.4g})"
 
     def _require(self, logs: Mapping[str, float]) -> None:
         if self.metric in logs:

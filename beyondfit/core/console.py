@@ -3,7 +3,7 @@
 :func:`progress_callback` picks one of the two. In a terminal it is a :class:`ProgressBar`
 (tqdm): optimizer steps, steps/s, the loss and a few key metrics, redrawn at most every
 ``refresh`` seconds. When stdout is not a terminal (CI, a file, a Hydra multirun) it is a
-plain :class:`~beyondfit.observers.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
+plain :class:`~beyondfit.core.console.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
 ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Both read the numbers the engine
 already synchronised for ``on_log``/``on_eval_end``: neither ever waits on the device.
 """
@@ -95,6 +95,19 @@ class ConsoleFormatter(logging.Formatter):
         if record.levelno > logging.INFO:
             return f"{record.levelname}: {message}"
         return message
+
+
+class BelowWarning(logging.Filter):
+    """Pass only records below WARNING: results and progress on stdout, diagnostics on stderr.
+
+    The command line's console handler (``conf/config.yaml``) and :func:`visible_logs` put
+    INFO lines on stdout through this filter and WARNING and above on stderr, so that
+    ``> results.txt`` keeps the warnings on the terminal and out of the results.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """True for DEBUG and INFO records."""
+        return record.levelno < logging.WARNING
 
 
 def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
@@ -351,7 +364,8 @@ def _is_console(handler: logging.Handler) -> bool:
 
 @contextlib.contextmanager
 def visible_logs() -> Any:
-    """Show the ``beyondfit`` logger's INFO lines on stdout while inside, if nothing else does.
+    """Show the ``beyondfit`` logger's INFO lines on stdout (warnings on stderr) while inside,
+    if nothing else does.
 
     In a script where logging was never configured, INFO records go nowhere; ``fit``'s
     default progress (Keras' ``verbose=1``) must still be seen. A configured logging setup
@@ -363,11 +377,17 @@ def visible_logs() -> Any:
         return
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    handler.addFilter(BelowWarning())
+    warnings = logging.StreamHandler(sys.stderr)  # as Python's last-resort handler would
+    warnings.setFormatter(ConsoleFormatter("%(message)s"))
+    warnings.setLevel(logging.WARNING)
     level = logger.level
     logger.addHandler(handler)
+    logger.addHandler(warnings)
     logger.setLevel(logging.INFO)
     try:
         yield
     finally:
         logger.removeHandler(handler)
+        logger.removeHandler(warnings)
         logger.setLevel(level)

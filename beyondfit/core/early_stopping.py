@@ -1,6 +1,6 @@
 """Early stopping on a logged metric, with the best weights restored at the end.
 
-Keras' ``EarlyStopping(restore_best_weights=True)``, as a :class:`~beyondfit.core.Callback`:
+Keras' ``EarlyStopping(restore_best_weights=True)``, as a :class:`~beyondfit.Callback`:
 after every evaluation it compares the monitored value with the best so far; after
 ``patience`` evaluations without an improvement larger than ``min_delta`` it stops the run,
 and when training ends (stopped or not) it loads the weights of the best evaluation back
@@ -25,6 +25,7 @@ import torch
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
 from beyondfit.core.state_checks import field_problem, is_real
 
@@ -65,12 +66,8 @@ class EarlyStopping(Callback):
         start_from: int = 0,
         start_logs: Mapping[str, float] | None = None,
     ) -> None:
-        if not isinstance(monitor, str) or not monitor:
-            raise BeyondfitError(f"early stopping monitor={monitor!r}; name a logged metric")
-        if mode not in ("min", "max"):
-            raise BeyondfitError(f"early stopping mode={mode!r}; use 'min' or 'max'")
+        self.tracked = Monitor(monitor, mode, min_delta, owner="early stopping")
         check_number("early stopping patience", patience, integer=True, at_least=1)
-        check_number("early stopping min_delta", min_delta, at_least=0)
         check_number("early stopping start_from", start_from, integer=True, at_least=0)
         if start_logs is not None and monitor not in start_logs:
             raise BeyondfitError(
@@ -79,13 +76,13 @@ class EarlyStopping(Callback):
         self.monitor = monitor
         self.mode = mode
         self.patience = int(patience)
-        self.min_delta = float(min_delta)
+        self.min_delta = self.tracked.min_delta
         self.restore_best_weights = bool(restore_best_weights)
         self.start_from = int(start_from)
         self.start_logs = None if start_logs is None else {
             str(k): float(v) for k, v in start_logs.items()
         }
-        self.best = math.inf if mode == "min" else -math.inf
+        self.tracked.best = self.tracked.worst  # any finite value beats it
         self.best_epoch = 0
         self.best_step = 0
         self.best_logs: dict[str, float] = {}
@@ -95,10 +92,14 @@ class EarlyStopping(Callback):
         self.restored = False
         self._best_weights: dict[str, torch.Tensor] | None = None
 
-    def _improved(self, value: float) -> bool:
-        if self.mode == "min":
-            return value < self.best - self.min_delta
-        return value > self.best + self.min_delta
+    @property
+    def best(self) -> float:
+        """The best monitored value so far (``+inf``/``-inf`` before any)."""
+        return self.tracked.best  # type: ignore[return-value]
+
+    @best.setter
+    def best(self, value: float) -> None:
+        self.tracked.best = float(value)
 
     def on_fit_start(self, engine: Engine) -> None:
         """A new ``fit`` call: nothing restored yet; the starting weights may be the best.
@@ -112,25 +113,18 @@ class EarlyStopping(Callback):
         self.restored = False
         fresh = engine.global_step == 0 and self.seen == 0  # the weights it starts from
         start = self.start_logs
-        if fresh and start is not None and self._improved(start[self.monitor]):
-            self.best = start[self.monitor]
+        if fresh and start is not None and self.tracked.update(start[self.monitor]):
             self.best_logs = dict(start)
             if self.restore_best_weights:
                 self._best_weights = self._copy_weights(engine)
 
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Compare this evaluation's value with the best; keep the weights or count a miss."""
-        if self.monitor not in logs:
-            raise BeyondfitError(
-                f"early stopping monitors {self.monitor!r}, which the evaluation does not log "
-                f"(it logs: {', '.join(sorted(logs))}); monitor one of those"
-            )
-        value = float(logs[self.monitor])
+        value = self.tracked.read(logs)
         self.seen += 1
         if self.seen <= self.start_from:
             return
-        if math.isfinite(value) and self._improved(value):
-            self.best = value
+        if math.isfinite(value) and self.tracked.update(value):
             self.best_epoch = engine.epoch + (1 if engine.data_exhausted else 0)
             self.best_step = engine.global_step
             self.best_logs = dict(logs)
@@ -159,6 +153,23 @@ class EarlyStopping(Callback):
         engine.model.load_state_dict(self._best_weights)
         engine.last_val = dict(self.best_logs)
         self.restored = True
+
+    def final_report(self, engine: Engine) -> dict[str, Any] | None:
+        """For the run's final record: whose weights the model ends with (``None``: the last)."""
+        if not self.restored:
+            return None
+        whose = (
+            "the starting weights (no evaluation beat them)" if self.best_epoch == 0
+            else f"restored best weights of epoch {self.best_epoch}, step {self.best_step}"
+        )
+        return {
+            "values_from": whose,
+            "early_stopping": {
+                "monitor": self.monitor, "mode": self.mode, "best": self.best,
+                "best_epoch": self.best_epoch, "best_step": self.best_step,
+                "stopped": self.stopped,
+            },
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Best value, counters and best weights: what a resumed run needs to decide alike."""

@@ -21,15 +21,16 @@ from torch import nn
 
 from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback, overrides
+from beyondfit.core.checks import NonFiniteCheck
 from beyondfit.core.console import ConsoleLogger, progress_callback, visible_logs
-from beyondfit.core.device import move_to_device
-from beyondfit.core.errors import BeyondfitError, no_train_batches, no_val_batches
+from beyondfit.core.errors import BeyondfitError, no_train_batches
+from beyondfit.core.evaluation import Evaluation
+from beyondfit.core.forward import ForwardPath
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_number
-from beyondfit.core.outputs import unpack_output
 from beyondfit.core.precision import Precision
 from beyondfit.core.state import Checkpointable, Counter, TrainState
-from beyondfit.core.step import TrainingStep
+from beyondfit.core.step import Window
 from beyondfit.core.strategy import Strategy, resolve_strategy
 from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint
 
@@ -38,10 +39,7 @@ log = logging.getLogger(__name__)
 LossFn = Callable[[nn.Module, Any], Any]
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 
-_NONFINITE = ("raise", "skip", "ignore")
-
-
-class Engine(TrainingStep, Checkpointable):
+class Engine(Checkpointable):
     """Train any model from a loss closure ``loss_fn(model, batch)``.
 
     Args:
@@ -117,13 +115,9 @@ class Engine(TrainingStep, Checkpointable):
         strategy: str | Strategy = "auto",
     ) -> None:
         guards.model(model)  # a module, without meta tensors
-        for name, value in (("accumulate", accumulate), ("log_every", log_every),
-                            ("max_skips", max_skips)):
+        for name, value in (("accumulate", accumulate), ("log_every", log_every)):
             check_number(name, value, integer=True, at_least=1)
-        if on_nonfinite not in _NONFINITE:
-            raise BeyondfitError(
-                f"on_nonfinite={on_nonfinite!r}; use one of {', '.join(_NONFINITE)}"
-            )
+        check = NonFiniteCheck(on_nonfinite, max_skips)
         updates = build_updates(
             loss_fn, optimizer, scheduler, clip_norm, clip_value, track_grad_norm
         )
@@ -139,10 +133,7 @@ class Engine(TrainingStep, Checkpointable):
         guards.optimizers(self.model, updates)  # each holds some of the model's parameters
         self.updates: list[Update] = updates
         self._single = len(updates) == 1
-        self.params = [p for u in updates for p in u.params]
         self.accumulate = int(accumulate)
-        self.on_nonfinite = on_nonfinite
-        self.max_skips = int(max_skips)
         self.log_every = int(log_every)
         self.precision = Precision(precision, self.device)
         # The one rank-0 rule: writers (metrics files, console, plots, checkpoints) declare
@@ -150,34 +141,18 @@ class Engine(TrainingStep, Checkpointable):
         self.callbacks: list[Callback] = []
         for callback in callbacks:
             self.add_callback(callback)
+        self.forward = ForwardPath(self.model, self.strategy, compile, wrapped=self._single)
 
-        # The module the closure is given. Training and evaluation share the forward path
-        # (the compiled model when compile=True); one optimizer trains through the strategy's
-        # wrapper (DDP), several all-reduce each optimizer's gradients at its own step.
-        self._compile_pending = bool(compile)
-        self.eval_model: Any = torch.compile(self.model) if compile else self.model
-        self.forward_model: Any = (
-            self.strategy.wrap(self.model, self.eval_model if compile else None)
-            if self._single else self.eval_model
-        )
-
-        # Non-blocking copies only make sense host -> CUDA (and need pinned memory to overlap).
-        self._non_blocking = self.device.type == "cuda"
         self.train_metrics = MetricTracker()
-        self.val_metrics = MetricTracker()
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
-        self.train_metrics.reducer = self.val_metrics.reducer = self.strategy.metric_reducer()
-        # Counted per epoch, not averaged: steps the fp16 GradScaler skipped (overflow), and
-        # micro-batches or updates dropped for non-finite values.
-        self.train_metrics.totals.add("skipped_steps")
-        self.train_metrics.totals.update(u.prefix + "overflow_steps" for u in updates)
-
+        reducer = self.train_metrics.reducer = self.strategy.metric_reducer()
         self.state = TrainState()  # the counters; all saved in checkpoints
-        self._micro = 0  # micro-batches in the current accumulation window
-        self._due: list[Update] = updates  # the optimizers stepping in this window
-        self._stepped = 0  # of those, how many stepped
-        self._consecutive_skips = 0
-        self._warned_foreign = False
+        # The step: micro-batches in, optimizer steps out (core/step.py).
+        self.window = Window(updates, self.accumulate, self.forward, self.precision,
+                             self.strategy, check, self.train_metrics, self.state, self.device)
+        self.evaluation = Evaluation(updates, self.forward, self.precision, self.strategy,
+                                     self.train_metrics, reducer, self.device)
+        self.val_metrics = self.evaluation.metrics
         self._resumed = False  # the next fit continues a loaded run (its totals count)
         self.should_stop = False
         self.stopped_by: str | None = None
@@ -189,6 +164,18 @@ class Engine(TrainingStep, Checkpointable):
         self.last_val: dict[str, float] = {}
         self.train_data: Any = None
         self._pending_data_state: Any = None
+
+    @property
+    def forward_model(self) -> Any:
+        """The module training closures are given (wrapped by the strategy, compiled)."""
+        return self.forward.train_model
+
+    def train_step(self, batch: Any) -> bool:
+        """One training micro-batch (:meth:`beyondfit.core.step.Window.feed`): closures and
+        backwards, and every due optimizer's step when it completes an accumulation window.
+
+        Returns whether an engine step (``global_step``) completed."""
+        return self.window.feed(batch)
 
     def add_callback(self, callback: Callback) -> None:
         """Add a callback (dropped on ranks other than 0 when it is ``rank_zero_only``)."""
@@ -280,16 +267,17 @@ class Engine(TrainingStep, Checkpointable):
         self._emit("on_fit_start")
         if max_steps is not None and state.global_step >= max_steps:
             self.should_stop = True
+        end_only = self.take_resumed_stop()  # saved after a stop: only its epoch's end left
         one_shot = isinstance(train_data, Iterator)  # a generator: one pass only
         first_epoch = state.epoch
-        while (epochs is None or state.epoch < epochs) and not self.should_stop:
+        while (epochs is None or state.epoch < epochs) and (not self.should_stop or end_only):
             resuming = state.batch_in_epoch > 0
             if not resuming:
                 self.train_metrics.reset()
             self._emit("on_epoch_start")
             self.strategy.set_epoch(train_data, state.epoch)  # distributed samplers reshuffle
             batches: Iterable[Any] = train_data
-            if resuming and state.data_exhausted:
+            if end_only or (resuming and state.data_exhausted):
                 # Saved after the data ran out (in the final partial window's step): the
                 # data source is already at its next pass; only the epoch's end remains.
                 batches = ()
@@ -301,7 +289,7 @@ class Engine(TrainingStep, Checkpointable):
             state.data_exhausted = False
             for batch in batches:
                 before = state.global_step
-                self.train_step(batch)
+                self.train_step(batch)  # (a subclass or a test may wrap it)
                 state.batch_in_epoch += 1
                 if state.global_step == before:
                     continue
@@ -309,14 +297,9 @@ class Engine(TrainingStep, Checkpointable):
                 if self.should_stop:
                     break
             else:
-                state.data_exhausted = True
-                if self._micro:  # a partial accumulation window at the end of the data
-                    before = state.global_step
-                    for update in self._due:
-                        self._apply(update)
-                    self._end_window()
-                    if state.global_step != before:  # a step like any other: logged, counted
-                        self._after_step(val_data, eval_every, max_steps, step_hooks)
+                state.data_exhausted = state.data_exhausted or not end_only
+                if self.window.micro and self.window.close():  # cut short by the data's end
+                    self._after_step(val_data, eval_every, max_steps, step_hooks)
             if self.interrupted:
                 break  # the epoch stays open: resuming continues it mid-way
             if state.batch_in_epoch == 0 and not resuming:
@@ -334,6 +317,7 @@ class Engine(TrainingStep, Checkpointable):
                 state.batch_in_epoch = 0
             self.history.append(logs)
             self._emit("on_epoch_end", logs)
+            end_only = False
         self._emit("on_fit_end", self.history)
         return self.history
 
@@ -387,13 +371,7 @@ class Engine(TrainingStep, Checkpointable):
         self.last_val = self.evaluate(val_data)
         for update in self.updates:
             if update.plateau:
-                if update.monitor not in self.last_val:
-                    raise BeyondfitError(
-                        f"ReduceLROnPlateau follows {update.monitor!r}, which the evaluation "
-                        f"did not log (it logged: {', '.join(sorted(self.last_val))}); set "
-                        "the Update's monitor= to one of them"
-                    )
-                update.scheduler.step(self.last_val[update.monitor])
+                update.scheduler.step(update.tracked.read(self.last_val))  # type: ignore[union-attr]
         self._emit("on_eval_end", self.last_val)
 
     # ------------------------------------------------------------------ evaluation
@@ -405,45 +383,13 @@ class Engine(TrainingStep, Checkpointable):
         of the result starts with ``val_``; metric objects are reset before and after, and the
         training state of those the closure also feeds in training is restored after.
         """
-        was_training = self.model.training
-        self.model.eval()
-        # Under DDP (every rank calls evaluate): rank 0's buffers, and each rank scores
-        # its share of the batches; compute() then reduces over ranks.
-        self.strategy.sync_buffers(self.model)
-        # The closure may feed the same metric objects as in training: set their training
-        # state aside (a mid-epoch evaluation must neither count training batches nor cut
-        # the epoch's running value) and bring it back after. Objects of earlier
-        # evaluations start from zero too; only those this evaluation feeds are reported.
-        saved = self.train_metrics.set_aside()
-        self.val_metrics.reset()
-        self.val_metrics.objects.clear()
-        try:
-            with torch.inference_mode():
-                if callable(data) and not isinstance(data, Iterable):
-                    with self.precision.autocast():
-                        raw = self.strategy.reduce_mapping(guards.scores(data(self.eval_model)))
-                else:
-                    for batch in self.strategy.shard_eval(data):
-                        self.test_step(batch)
-                    raw = self.val_metrics.compute()
-                    if not raw:
-                        raise BeyondfitError(no_val_batches(data))
-        finally:
-            self.val_metrics.reset()
-            MetricTracker.bring_back(saved)
-            self.model.train(was_training)
-        return {(k if k.startswith("val_") else f"val_{k}"): float(v) for k, v in raw.items()}
+        return self.evaluation.run(data)
 
     def test_step(self, batch: Any) -> None:
         """Score one batch as :meth:`train_step` runs it, minus the update: the same closures,
-        forward path and autocast, no gradients, into the validation metrics. Call it under
+        forward path and autocast, no gradients, into ``val_metrics``. Call it under
         ``model.eval()`` and ``torch.inference_mode()``, as :meth:`evaluate` does."""
-        batch = move_to_device(batch, self.device, self._non_blocking)
-        for update in self.updates:
-            with self.precision.autocast():
-                out = update.loss_fn(self.eval_model, batch)
-            logs = unpack_output(out, training=False)[1]
-            self.val_metrics.update({update.prefix + k: v for k, v in logs.items()})
+        self.evaluation.step(batch)
 
     def _emit(self, hook: str, *args: Any) -> None:
         for callback in self.callbacks:

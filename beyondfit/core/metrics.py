@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -40,6 +41,9 @@ class MetricTracker:
         #: returns ``(values, objects_to_compute)`` over all ranks. It is a collective, so
         #: every rank must call :meth:`compute` at the same points.
         self.reducer: Callable[..., tuple[dict[str, float], list[str]]] | None = None
+        # Metric objects' states from a checkpoint, merged into each object when the closure
+        # first returns it after a resume (the tracker cannot reach them before).
+        self._pending: dict[str, dict[str, Any]] = {}
 
     def update(self, logs: Mapping[str, Any]) -> None:
         """Add one step's entries (already validated as scalars or metric objects)."""
@@ -65,7 +69,38 @@ class MetricTracker:
                     total.add_(float(value))
                     counts[name] += 1
             else:
+                if self._pending and name not in self.objects:
+                    self._resume_object(name, value)
                 self.objects[name] = value
+
+    def _resume_object(self, name: str, metric: Any) -> None:
+        """Merge the checkpointed partial state of ``name`` into ``metric``.
+
+        The closure has already fed it this step's batch, on top of a fresh state: merging
+        (torchmetrics' ``merge_state``: sums add, concatenations join) gives what the
+        uninterrupted run holds, bit for bit for sums, which are commutative.
+        """
+        state = self._pending.pop(name, None)
+        if state is None:
+            return
+        device = getattr(metric, "device", None)
+        moved = {
+            k: ([t.to(device) for t in v] if isinstance(v, list) else v.to(device))
+            for k, v in state["state"].items()
+        }
+        try:
+            metric.merge_state(moved)
+        except (AttributeError, RuntimeError, ValueError) as exc:
+            # The run goes on (its weights resume exactly); only this epoch's value restarts.
+            logging.getLogger("beyondfit").warning(
+                "metric object %r cannot continue its checkpointed epoch (%s): its value for "
+                "the rest of this epoch counts only the batches after the resume; give it a "
+                "merge_state(state) method (torchmetrics metrics have one)", name,
+                str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            )
+            return
+        if hasattr(metric, "_update_count"):  # torchmetrics counts updates for compute()
+            metric._update_count += int(state.get("updates", 0))
 
     def compute(self) -> dict[str, float]:
         """Means (sums for :attr:`totals`) since the last reset, as floats (one host sync).
@@ -110,6 +145,7 @@ class MetricTracker:
         """Forget every sum and reset every metric object seen so far."""
         self._sums.clear()
         self._counts.clear()
+        self._pending.clear()
         for metric in self.objects.values():
             metric.reset()
 
@@ -142,15 +178,36 @@ class MetricTracker:
             vars(metric).update(state)
 
     def state_dict(self) -> dict[str, Any]:
-        """Sums and counts (metric objects keep their own state), for exact resume."""
-        return {"sums": {k: v.cpu() for k, v in self._sums.items()}, "counts": dict(self._counts)}
+        """Sums, counts and the metric objects' states (``metric_state``, as torchmetrics
+        has), for exact resume: a resumed epoch logs what the uninterrupted one does."""
+        objects = {
+            name: _object_state(metric) for name, metric in self.objects.items()
+            if isinstance(getattr(metric, "metric_state", None), Mapping)
+        }
+        # Objects not seen since the resume (no step yet) keep their checkpointed state.
+        objects = {**self._pending, **objects}
+        return {"sums": {k: v.cpu() for k, v in self._sums.items()}, "counts": dict(self._counts),
+                "objects": objects}
 
     def load_state_dict(self, state: Mapping[str, Any], device: torch.device) -> None:
-        """Restore what :meth:`state_dict` returned, placing sums on ``device``."""
+        """Restore what :meth:`state_dict` returned, placing sums on ``device``; each metric
+        object's state is merged into it when the closure first returns it."""
         self._sums = {k: v.to(device) for k, v in state["sums"].items()}
         self._counts = dict(state["counts"])
+        self._pending = {str(k): dict(v) for k, v in dict(state.get("objects") or {}).items()}
 
 
 def finite_or_none(value: float) -> float | None:
     """``value`` if it is a finite float, else ``None`` (for writers that must not emit NaN)."""
     return value if math.isfinite(value) else None
+
+
+def _object_state(metric: Any) -> dict[str, Any]:
+    """A metric object's state tensors (copied to the CPU) and its update count."""
+    state = {
+        k: ([t.detach().cpu().clone() for t in v] if isinstance(v, list)
+            else v.detach().cpu().clone())
+        for k, v in metric.metric_state.items()
+        if isinstance(v, torch.Tensor | list)
+    }
+    return {"state": state, "updates": int(getattr(metric, "_update_count", 0))}

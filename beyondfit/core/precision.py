@@ -45,6 +45,8 @@ class Precision:
         self.dtype = PRECISIONS[key]
         self.device_type = device.type
         self.scaler = torch.amp.GradScaler(device.type) if self.dtype is torch.float16 else None
+        #: fp16: the scaler finds non-finite gradients itself (and skips those steps).
+        self.checks_gradients = self.scaler is not None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """The context the loss closure runs in."""

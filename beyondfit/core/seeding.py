@@ -20,6 +20,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def rank_seed(seed: int, rank: int) -> int:
+    """The seed of data-parallel rank ``rank``'s own randomness (its environments): ``seed``
+    itself on rank 0, so one process reproduces a single-process run; far apart on the
+    others, because a vector env seeds its copy ``i`` with ``seed + i``."""
+    return int(seed) + 1_000_003 * int(rank)
+
+
 def rng_state() -> dict[str, Any]:
     """The state of every random generator a run draws from, as checkpoint-safe data."""
     kind, keys, pos, has_gauss, cached = np.random.get_state()

@@ -44,10 +44,11 @@ class TrainState:
         return asdict(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; counters a older checkpoint lacks keep their default."""
+        """Restore :meth:`state_dict` in place; counters an older checkpoint lacks take their
+        default."""
         for field in fields(self):
-            if field.name in state:
-                setattr(self, field.name, type(field.default)(state[field.name]))
+            value = state.get(field.name, field.default)
+            setattr(self, field.name, type(field.default)(value))
 
 
 class Counter:
@@ -75,6 +76,7 @@ class Checkpointable:
             "updates": {u.name: u.state_dict() for u in self.updates},
             "counters": self.state.state_dict(),
             "last_val": dict(self.last_val),
+            "stopped_by": self.stopped_by,  # a stop rule or early stopping ended the run
             "metrics": self.train_metrics.state_dict(),
             "history": [dict(row) for row in self.history],
             "rng": rng_state(),
@@ -91,6 +93,20 @@ class Checkpointable:
         }
         return state
 
+    #: The stop a loaded checkpoint recorded (``stopped_by``), until the next fit takes it.
+    resumed_stop: str | None = None
+
+    def take_resumed_stop(self) -> bool:
+        """At the start of a fit: a checkpoint saved after a stop (a stop rule, early stopping)
+        trains no more. Sets ``should_stop``/``stopped_by``; True when the stopped epoch's end
+        is still to be logged (the checkpoint came before it)."""
+        stopped, self.resumed_stop = self.resumed_stop, None
+        if stopped is None:
+            return False
+        end_only = not (self.history and self.history[-1].get("step") == self.state.global_step)
+        self.should_stop, self.stopped_by = True, stopped
+        return end_only
+
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
         """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
         # Everything is checked before anything is loaded: a mismatch changes nothing.
@@ -102,9 +118,11 @@ class Checkpointable:
             update.load_state_dict(saved[update.name], source)
         if "scaler" in state:
             self.precision.load_state_dict(state["scaler"])
-        self.state = TrainState()
-        self.state.load_state_dict(state["counters"])
+        self.state.load_state_dict(state["counters"])  # in place: the window holds it
         self.last_val = dict(state.get("last_val", {}))
+        stopped = state.get("stopped_by")
+        # The next fit trains no more (see Engine._fit); resume_extend clears it.
+        self.resumed_stop = stopped if isinstance(stopped, str) else None
         self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
         if "rng" in state:
@@ -118,9 +136,7 @@ class Checkpointable:
         if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
             self.train_data.load_state_dict(self._pending_data_state)
             self._pending_data_state = None
-        self._micro = 0
-        for update in self.updates:
-            update.window_applied, update.window_synced = 0, False
+        self.window.reset()
         self._resumed = True
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

@@ -14,6 +14,12 @@ PyTorch's DistributedDataParallel:
 - :meth:`~Strategy.all_finite`: ranks agree on skipping a non-finite micro-batch.
 - :attr:`~Strategy.is_main`: the one test of "rank 0 only"; the engine drops callbacks whose
   class sets ``rank_zero_only = True`` on the other ranks.
+- The collectives everything else needs (Fabric's set): :meth:`~Strategy.all_reduce`,
+  :meth:`~Strategy.all_gather`, :meth:`~Strategy.broadcast`, :meth:`~Strategy.barrier` and a
+  boolean decision, :meth:`~Strategy.any_rank`. Code with no engine at hand (a collector's
+  running statistics, PPO's KL stop, the command line sharing its job) asks
+  :func:`process_strategy`. No module outside this one and :mod:`beyondfit.distributed` calls
+  ``torch.distributed`` (``tests/test_architecture.py`` holds it).
 """
 
 from __future__ import annotations
@@ -104,6 +110,20 @@ class Strategy:
         averaged over the ranks that reported them."""
         return {name: float(value) for name, value in values.items()}
 
+    # -- the collectives (every rank must call them, in the same order)
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """``tensor`` summed (``"sum"``), averaged (``"mean"``), or its ``"max"``/``"min"``
+        over the ranks, as a new tensor."""
+        return tensor
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``tensor`` (same shape on all), in rank order."""
+        return [tensor]
+
+    def any_rank(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any: one decision all ranks act on."""
+        return bool(flag)
+
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` on every rank."""
         return obj
@@ -113,7 +133,21 @@ class Strategy:
 
 
 #: The single-process strategy.
-SingleProcess = Strategy
+
+_SINGLE = Strategy()
+
+
+def process_strategy() -> Strategy:
+    """The strategy of this process's launch, for code that has no engine at hand: DDP's
+    collectives when ``torch.distributed`` runs several ranks, the single-process identities
+    otherwise (then without importing anything)."""
+    from beyondfit.distributed.launch import world_size
+
+    if world_size() == 1:
+        return _SINGLE
+    from beyondfit.distributed.ddp import DDPStrategy
+
+    return DDPStrategy.for_process()
 
 
 def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
 
 LossFn = Callable[[nn.Module, Any], Any]
@@ -58,6 +59,10 @@ class Update:
         clip_value: clamp each of its gradient elements to ``[-clip_value, clip_value]``.
         track_grad_norm: log ``grad_norm`` even without ``clip_norm``.
         monitor: the evaluation value a ``ReduceLROnPlateau`` scheduler follows.
+        after_step: callables ``hook(update)`` run right after each of this optimizer's
+            steps (after its scheduler and ``zero_grad``), in order: the one place for what
+            follows an optimizer, such as a target network's Polyak update. Not run when the
+            step was skipped for non-finite values.
     """
 
     def __init__(
@@ -73,6 +78,7 @@ class Update:
         clip_value: float | None = None,
         track_grad_norm: bool = False,
         monitor: str = "val_loss",
+        after_step: Iterable[Callable[[Update], None]] = (),
     ) -> None:
         if not isinstance(name, str):
             raise BeyondfitError(f"Update name {name!r} must be a string")
@@ -87,6 +93,16 @@ class Update:
         self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
         self.monitor = str(monitor)
+        # With a ReduceLROnPlateau scheduler (bind): the value it steps on (it keeps its own
+        # best and mode).
+        self.tracked: Monitor | None = None
+        self.after_step = tuple(after_step)
+        for hook in self.after_step:
+            if not callable(hook):
+                raise BeyondfitError(
+                    f"Update {name!r}: after_step holds {type(hook).__name__}, not a callable "
+                    "hook(update)"
+                )
         self._optimizer_arg = optimizer
         self._params_arg = params
         self._scheduler_arg = scheduler
@@ -96,11 +112,6 @@ class Update:
         self.scheduler: Any = None
         self.steps = 0  # times this optimizer stepped (saved in checkpoints)
         self.prefix = f"{name}/" if name else ""
-        # The current accumulation window (never saved: checkpoints fall between windows).
-        self.window_applied = 0  # micro-batches whose gradients were kept
-        self.window_synced = False  # did a backward of this window all-reduce gradients?
-        # The window's last loss and logs, checked with the gradients before the step.
-        self.pending: tuple[torch.Tensor, Any] | None = None
 
     def bind(self, default_params: list[nn.Parameter] | None) -> None:
         """Build the optimizer and scheduler; ``default_params`` (the model's trainable
@@ -134,6 +145,9 @@ class Update:
         if not self.params:
             raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
         self.scheduler = _build_scheduler(self._scheduler_arg, self.optimizer)
+        if self.plateau:
+            self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
+                                   fix="set the Update's monitor= to one of them")
 
     @property
     def plateau(self) -> bool:
@@ -192,13 +206,14 @@ class Update:
         except (ValueError, KeyError, TypeError) as exc:
             raise BeyondfitError(
                 f"{source} holds optimizer state that does not fit this optimizer"
-                f"{self._for()} ({exc}); resume with the same optimizer settings"
+                f"{self.describe()} ({exc}); resume with the same optimizer settings"
             ) from None
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
         self.steps = int(state.get("steps", 0))
 
-    def _for(self) -> str:
+    def describe(self) -> str:
+        """`` 'NAME'`` for messages (empty for the one optimizer of a plain engine)."""
         return f" {self.name!r}" if self.name else ""
 
     def _where(self, problem: str) -> str:

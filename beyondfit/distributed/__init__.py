@@ -4,11 +4,9 @@
 ``strategy="auto"`` picks :class:`DDPStrategy` when torchrun started several processes.
 """
 
-from beyondfit.core.strategy import STRATEGIES, SingleProcess, Strategy, resolve_strategy
-from beyondfit.distributed.ddp import DDPStrategy, DistributedModel
+from beyondfit.distributed.ddp import DDPStrategy
 from beyondfit.distributed.launch import (
     LaunchEnv,
-    derive_seed,
     init_process_group,
     launch_env,
     rank,
@@ -16,22 +14,18 @@ from beyondfit.distributed.launch import (
     shutdown,
     world_size,
 )
+from beyondfit.distributed.model import DistributedModel
 from beyondfit.distributed.sharding import ShardedBatches
 
 __all__ = [
-    "STRATEGIES",
     "DDPStrategy",
     "DistributedModel",
     "LaunchEnv",
     "ShardedBatches",
-    "SingleProcess",
-    "Strategy",
-    "derive_seed",
     "init_process_group",
     "launch_env",
     "rank",
     "rank_device",
-    "resolve_strategy",
     "shutdown",
     "world_size",
 ]

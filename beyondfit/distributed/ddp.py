@@ -4,7 +4,7 @@
 torchrun's environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``) and picks :class:`DDPStrategy`;
 ``engine.strategy=ddp`` forces it (a one-process group when started without torchrun). The engine
 never branches on the strategy's kind; it calls a handful of hooks, which are no-ops for
-:class:`SingleProcess`:
+the single-process :class:`Strategy`:
 
 - :meth:`~Strategy.setup_device`: ``cuda:LOCAL_RANK`` per process (NCCL), or the CPU (Gloo).
 - :meth:`~Strategy.wrap`: the module the loss closure sees. Under DDP every call of the model
@@ -29,8 +29,6 @@ A *global* batch under DDP is ``batch_size x world_size``; the learning rate is 
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -42,6 +40,7 @@ from torch import nn
 
 from beyondfit.core.strategy import Strategy
 from beyondfit.distributed.launch import init_process_group, launch_env, rank_device
+from beyondfit.distributed.model import DistributedModel, _Dispatch
 from beyondfit.distributed.sharding import (
     ShardedBatches,
     StridedIterable,
@@ -81,9 +80,8 @@ class DDPStrategy(Strategy):
         self._host = torch.device("cpu") if gloo else torch.device("cuda", self.local_rank)
         self._wrapped: dict[int, tuple[nn.Module, _Dispatch, Any]] = {}
         self._eval_cache: dict[int, tuple[Any, Any]] = {}
-        self._sharded: dict[int, tuple[Any, Any]] = {}
         self._warned: set[str] = set()
-        if self.rank != 0:
+        if not self.is_main:
             # Rank 0 speaks for the run; the others only warn.
             logging.getLogger("beyondfit").setLevel(logging.WARNING)
 
@@ -117,16 +115,12 @@ class DDPStrategy(Strategy):
     # -- data
     def shard_train(self, data: Any) -> Any:
         """Disjoint, equally long parts: ``shard(rank, world)`` if the data has it, a
-        ``DistributedSampler`` for map-style DataLoaders, rank-strided batches for sequences."""
-        done = self._sharded.get(id(data))
-        if done is not None and done[0] is data:  # run() and fit() both ask: shard once
-            return done[1]
-        out = self._shard_train(data)
-        _remember(self._sharded, data, out)
-        _remember(self._sharded, out, out)
-        return out
+        ``DistributedSampler`` for map-style DataLoaders, rank-strided batches for sequences.
 
-    def _shard_train(self, data: Any) -> Any:
+        Idempotent: a shard is returned as it is (the command line shards before it builds
+        the scheduler, ``fit`` shards what it is given), so a ``shard`` method must be too:
+        called again with the same rank and world size it changes nothing.
+        """
         if isinstance(data, ShardedBatches) or has_distributed_sampler(data):
             return data
         shard = getattr(data, "shard", None)
@@ -280,6 +274,36 @@ class DDPStrategy(Strategy):
             out[name] = math.fsum(got) if name in totals else math.fsum(got) / len(got)
         return out
 
+    # -- the collectives
+    def all_reduce(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
+        """``tensor`` summed, averaged, or its max/min over the ranks, as a new tensor."""
+        out = tensor.clone()
+        dist.all_reduce(out, op=getattr(dist.ReduceOp, _REDUCE_OPS[op]))
+        return out / self.world_size if op == "mean" else out
+
+    def all_gather(self, tensor: torch.Tensor) -> list[torch.Tensor]:
+        """Every rank's ``tensor``, in rank order (so every rank gets the same bits)."""
+        parts = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        dist.all_gather(parts, tensor.contiguous())
+        return parts
+
+    def any_rank(self, flag: bool) -> bool:
+        """True everywhere when true on one rank (a host flag over Gloo where it can)."""
+        box = torch.tensor([1.0 if flag else 0.0], device=self._host)
+        dist.all_reduce(box, op=dist.ReduceOp.MAX)
+        return bool(box.item())
+
+    @classmethod
+    def for_process(cls) -> DDPStrategy:
+        """One strategy per process group, for code with no engine at hand (see
+        :func:`~beyondfit.core.strategy.process_strategy`)."""
+        group = dist.group.WORLD
+        cached = _PROCESS.get("strategy")
+        if cached is None or _PROCESS.get("group") is not group:
+            cached = cls()
+            _PROCESS.update(strategy=cached, group=group)
+        return cached  # type: ignore[return-value]
+
     # -- plumbing
     def broadcast(self, obj: Any) -> Any:
         """Rank 0's ``obj`` (any picklable value) on every rank."""
@@ -297,6 +321,10 @@ class DDPStrategy(Strategy):
             log.warning("%s", message)
 
 
+_PROCESS: dict[str, Any] = {}  # DDPStrategy.for_process: the group's strategy
+_REDUCE_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
 def _remember(cache: dict[int, tuple[Any, Any]], data: Any, result: Any, size: int = 8) -> None:
     # Keyed by id, holding the object so the id cannot be reused while cached; bounded, so
     # evaluating many throwaway datasets does not keep them all alive.
@@ -304,80 +332,3 @@ def _remember(cache: dict[int, tuple[Any, Any]], data: Any, result: Any, size: i
     cache[id(data)] = (data, result)
     while len(cache) > size:
         del cache[next(iter(cache))]
-
-
-# ---------------------------------------------------------------------- the wrapped model
-class _Dispatch(nn.Module):
-    """The module DDP wraps: its forward runs any method of any submodule of the model.
-
-    DDP arms its gradient all-reduce in ``forward``; loss closures also call methods
-    (``model.log_prob_entropy(...)``), so those are routed through here too.
-    """
-
-    def __init__(self, module: nn.Module) -> None:
-        super().__init__()
-        self.module = module
-        self.__dict__["target"] = module  # the callable root: module, or torch.compile of it
-
-    def forward(self, path: str, method: str | None, *args: Any, **kwargs: Any) -> Any:
-        """Call ``module.<path>`` (or its ``method``) with the arguments."""
-        obj = self.target if not path else self.module.get_submodule(path)
-        if method is None:
-            return obj(*args, **kwargs)
-        return getattr(obj, method)(*args, **kwargs)
-
-
-class DistributedModel:
-    """What a loss closure sees under DDP: the model's own interface, synchronised.
-
-    ``model(x)``, ``model.value(x)`` and ``model.actor(x)`` all run through DDP's forward;
-    attributes, parameters and ``nn.Module``'s own methods (``parameters()``, ``training``)
-    come from the plain module. ``no_sync()`` is DDP's.
-    """
-
-    __slots__ = ("_ddp", "_module", "_path")
-
-    def __init__(self, ddp: nn.Module, module: nn.Module, path: str = "") -> None:
-        self._ddp = ddp
-        self._module = module
-        self._path = path
-
-    @property
-    def module(self) -> nn.Module:
-        """The plain (unwrapped) module."""
-        return self._module
-
-    @property
-    def ddp(self) -> nn.Module:
-        """The ``DistributedDataParallel`` instance."""
-        return self._ddp
-
-    def no_sync(self) -> contextlib.AbstractContextManager[Any]:
-        """DDP's ``no_sync``: accumulate gradients locally (forward and backward inside)."""
-        return self._ddp.no_sync()
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self._ddp(self._path, None, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        attr = getattr(self._module, name)
-        if isinstance(attr, nn.Module):
-            return DistributedModel(self._ddp, attr, f"{self._path}.{name}" if self._path else name)
-        if (
-            inspect.ismethod(attr)
-            and attr.__self__ is self._module
-            and (name == "forward" or not hasattr(nn.Module, name))
-        ):
-            return functools.partial(self._ddp, self._path, None if name == "forward" else name)
-        return attr
-
-    def __getitem__(self, index: Any) -> Any:
-        item = self._module[index]  # type: ignore[index]
-        if isinstance(item, nn.Module) and isinstance(index, int):
-            position = index % len(self._module)  # type: ignore[arg-type]
-            path = f"{self._path}.{position}" if self._path else str(position)
-            return DistributedModel(self._ddp, item, path)
-        return item
-
-    def __repr__(self) -> str:
-        return f"DistributedModel({self._module!r})"

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -100,18 +99,6 @@ def rank() -> int:
 def world_size() -> int:
     """Processes in the group (1 outside a process group)."""
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-def derive_seed(seed: int, rank: int) -> int:
-    """A per-rank seed: ``seed`` itself on rank 0, an unrelated 31-bit seed on the others.
-
-    Rank 0 keeps the run's seed, so a one-process run reproduces a single-process one; the
-    others get seeds from NumPy's ``SeedSequence``, which are not ``seed + 1`` neighbours that
-    an env offsetting seeds per copy (``seed + i``) would collide with.
-    """
-    if rank == 0:
-        return int(seed)
-    return int(np.random.SeedSequence([int(seed) % 2**32, int(rank)]).generate_state(1)[0] >> 1)
 
 
 def rank_device(

@@ -14,6 +14,7 @@ get their own run. What is recorded, and when: :mod:`beyondfit.observers.trackin
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -107,10 +108,19 @@ class MLflowTracker(ExperimentTracker):
             run = self.client.create_run(experiment_id, run_name=self.run_name, tags=tags)
         except MlflowException as exc:
             raise BeyondfitError(
-                f"MLflow could not start a run in {self.tracking_uri or 'its default store'}: "
+                f"MLflow could not start a run in {self.store_name()}: "
                 f"{str(exc).splitlines()[0]}"
             ) from None
         return str(run.info.run_id)
+
+    def store_name(self) -> str:
+        """Where the store came from, for messages: the option, the environment or MLflow."""
+        if self.tracking_uri:
+            return f"logger.mlflow.tracking_uri={self.tracking_uri}"
+        from_env = os.environ.get("MLFLOW_TRACKING_URI")
+        if from_env:
+            return f"the store MLFLOW_TRACKING_URI names ({from_env})"
+        return "its default store"
 
     def log_params(self, params: Mapping[str, Any], resumed: bool) -> None:
         """The flat config as params; on resume only new keys (MLflow params never change)."""

@@ -49,6 +49,14 @@ def has_matplotlib() -> bool:
     return importlib.util.find_spec("matplotlib") is not None
 
 
+def skipped_without_matplotlib(name: str, unless: str = "") -> None:
+    """The one stderr line for a plot not written because matplotlib is missing."""
+    logging.getLogger("beyondfit").warning(
+        '%s skipped: matplotlib is not installed; pip install "beyondfit[plots]" (or pip '
+        "install matplotlib)%s", name, unless,
+    )
+
+
 def require_matplotlib() -> None:
     """Raise a BeyondfitError saying how to install matplotlib when it is missing."""
     if not has_matplotlib():

@@ -6,6 +6,8 @@ A tracker is an observer callback on rank 0 (``rank_zero_only = True``). It reco
 - every logged row at its optimizer step: the training values of each log interval (with
   the learning rate as ``lr``), each evaluation's ``val_`` values, and an epoch's training
   means when no log interval fell on the epoch's last step (otherwise they repeat it);
+- the run's result (``result.json``: the values of the model it ended with) when it
+  finished, as ``final_NAME`` values (W&B: in the run's summary);
 - the run directory's plots (``*.png``) and the policy files of an RL run (``policy.pt``,
   ``policy.json``) as artifacts, when the run ends (after the task has written them);
 - the tracked run's id in its checkpoint state, so ``resume=RUN_DIR`` continues the same
@@ -123,6 +125,13 @@ class ExperimentTracker(Callback):
         """End the tracked run; ``status`` is ``finished``, ``failed`` or ``killed``."""
         raise NotImplementedError
 
+    def log_result(self, values: Mapping[str, float], step: int) -> None:
+        """Record the run's result (the values of the model it ended with, ``result.json``).
+
+        By default as ``final_NAME`` metrics at the last step, beside the logged curves.
+        """
+        self.log_metrics({f"final_{name}": value for name, value in values.items()}, step)
+
     # ---------------------------------------------------------------- the hooks
     def on_fit_start(self, engine: Engine) -> None:
         """Start (or continue) the tracked run and record the config."""
@@ -169,8 +178,9 @@ class ExperimentTracker(Callback):
         if self.end_at_fit_end:
             self.end("finished")
 
-    def end(self, status: str = "finished") -> None:
-        """Send the artifacts that exist and end the tracked run (safe to call twice).
+    def end(self, status: str = "finished", record: Mapping[str, Any] | None = None) -> None:
+        """Record the result, send the artifacts that exist and end the tracked run (safe to
+        call twice). ``record`` is the run's final record (:mod:`beyondfit.cli.result`).
 
         ``status``: ``finished``; ``failed`` (an error stopped training); ``killed`` (an
         interruption: ``resume=RUN_DIR`` continues the same tracked run). Training is over
@@ -180,6 +190,15 @@ class ExperimentTracker(Callback):
         if not self.active:
             return
         self.active = False
+        values = {
+            k: float(v) for k, v in ((record or {}).get("values") or {}).items()
+            if isinstance(v, int | float) and not isinstance(v, bool)
+        }
+        try:
+            if values:
+                self.log_result(values, int((record or {}).get("step", 0)))
+        except Exception as exc:
+            log.warning("%s: the run's result was not sent: %s", self.kind, _first_line(exc))
         try:
             files = self.artifact_files()
             if files:
@@ -217,11 +236,13 @@ def param_text(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def end_trackers(callbacks: Sequence[Callback], status: str) -> None:
-    """End every tracker in ``callbacks`` that is still open."""
+def end_trackers(
+    callbacks: Sequence[Callback], status: str, record: Mapping[str, Any] | None = None
+) -> None:
+    """End every tracker in ``callbacks`` that is still open, giving it the run's result."""
     for callback in callbacks:
         if isinstance(callback, ExperimentTracker):
-            callback.end(status)
+            callback.end(status, record)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -124,6 +124,10 @@ class WandbTracker(ExperimentTracker):
             artifact.add_file(str(path), name=str(path.relative_to(self.run_dir)))
         self.run.log_artifact(artifact)
 
+    def log_result(self, values: Mapping[str, float], step: int) -> None:
+        """The result in the run's summary (what W&B's run table shows), as ``final_NAME``."""
+        self.run.summary.update({f"final_{name}": value for name, value in values.items()})
+
     def end_run(self, status: str) -> None:
         """``run.finish`` with exit code 0 (finished) or 1 (failed, killed)."""
         self.run.finish(exit_code=_EXIT_CODES.get(status, 0))

@@ -25,6 +25,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.seeding import rank_seed
 from beyondfit.core.state_checks import field_problem
 from beyondfit.rl.envs import (
     action_converter,
@@ -198,8 +199,7 @@ class RolloutCollector:
         if self._unsharded is None:  # idempotent: sharding twice must not split twice
             self._unsharded = (self.seed, self.total_env_steps)
         seed, total = self._unsharded
-        # Far apart: SyncVectorEnv seeds copy i with seed + i.
-        self.seed = seed + 1_000_003 * rank
+        self.seed = rank_seed(seed, rank)
         self.total_env_steps = -(-total // world_size)
         return self
 

@@ -92,6 +92,10 @@ class GreedyEvaluator:
         self.history.append(entry)
         return result
 
+    def reseed(self, seed: int) -> None:
+        """Start the next evaluation from envs reset with ``seed`` (episode ``i``: ``seed + i``)."""
+        self.seed, self._seeded = seed, False
+
     def close(self) -> None:
         """Close the evaluation environments."""
         self.envs.close()

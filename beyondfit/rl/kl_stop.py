@@ -8,16 +8,16 @@ is the same quantity, less noisy).
 
 The loss closure records each minibatch's estimate (a device tensor, no host sync); the collector
 asks :meth:`TargetKL.__call__` once per epoch, which reads it back (one sync per epoch) and, under
-several ``torch.distributed`` ranks, averages it over the ranks first, so that every rank stops
+several ranks, averages it over the ranks first (the process's strategy), so that every rank stops
 after the same epoch (data-parallel ranks must take the same number of optimizer steps).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.strategy import process_strategy
 
 
 class TargetKL:
@@ -48,10 +48,7 @@ class TargetKL:
         """Did the epoch just finished move the policy past the target? Restarts the mean."""
         if self._sum is None:
             return False
-        mean = self._sum.double() / self._count
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(mean)
-            mean = mean / dist.get_world_size()
+        mean = process_strategy().all_reduce(self._sum.double() / self._count, "mean")
         self._sum, self._count = None, 0
         self.last = float(mean)
         return self.last > self.target

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.strategy import process_strategy
 
 
 def batch_moments(x: torch.Tensor) -> torch.Tensor:
@@ -60,11 +60,11 @@ def merge_moments(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def gather_moments(moments: torch.Tensor) -> torch.Tensor:
     """All ranks' batch moments combined (in rank order, so every rank gets the same bits);
-    ``moments`` itself outside a multi-process ``torch.distributed`` run."""
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    ``moments`` itself in one process (the process's strategy gathers them)."""
+    strategy = process_strategy()
+    if strategy.world_size == 1:
         return moments
-    parts = [torch.empty_like(moments) for _ in range(dist.get_world_size())]
-    dist.all_gather(parts, moments.contiguous())
+    parts = strategy.all_gather(moments)
     combined = parts[0]
     for part in parts[1:]:
         combined = merge_moments(combined, part)

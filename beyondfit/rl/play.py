@@ -128,7 +128,8 @@ def play(
     policy, meta = load_policy(path, allow_import)
     if video is not None and importlib.util.find_spec("moviepy") is None:
         raise BeyondfitError(
-            "recording a video needs moviepy: pip install moviepy (or run without --video)"
+            'recording a video needs moviepy: pip install -e ".[video]" (or pip install '
+            "moviepy), or run without --video"
         )
     # Only when recording: an env of one's own need not take a render_mode argument.
     render = {"render_mode": "rgb_array"} if video is not None else {}

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 from torch import nn
 
+from beyondfit import Task, TensorBatches
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.data import TensorBatches, split
+from beyondfit.data import split
 from beyondfit.data.bundled import digits
 from beyondfit.nets import mlp
-from beyondfit.tasks import Task
+from beyondfit.observers.plots import skipped_without_matplotlib
 
 ARCHS = ("mlp", "conv")
 #: Validation rows per evaluation batch (bounds memory on large user files).
@@ -147,7 +148,8 @@ def build(
             with torch.inference_mode():
                 denoised = engine.model(noisy.to(engine.device)).float().cpu()
             panels += [("noisy input", noisy), ("denoised", denoised)]
-        lines.append(save_grid(run_dir / "reconstructions.png", panels, shape))
+        saved = save_grid(run_dir / "reconstructions.png", panels, shape)
+        lines += [saved] if saved else []
         return lines
 
     return Task(
@@ -230,8 +232,9 @@ def pca_reconstruction(
 
 def save_grid(
     path: Path, panels: list[tuple[str, torch.Tensor]], shape: tuple[int, ...]
-) -> str:
-    """Save panels of images side by side as one PNG; returns the line to report.
+) -> str | None:
+    """Save panels of images side by side as one PNG; returns the line to report (``None``
+    without matplotlib: a warning says so).
 
     Each panel is a titled grid of the same images (inputs, reconstructions, ...), so row
     ``i``, column ``j`` of every panel shows the same validation image.
@@ -239,10 +242,8 @@ def save_grid(
     try:
         from matplotlib.figure import Figure  # no pyplot: no GUI backend, no global state
     except ImportError:
-        return (
-            f"{path.name} not written: it needs matplotlib (pip install matplotlib, "
-            "or pip install 'beyondfit[plots]')"
-        )
+        skipped_without_matplotlib(path.name)
+        return None
     h, w = (shape[-2], shape[-1]) if len(shape) >= 2 else (1, shape[0])
     n = len(panels[0][1])
     cols = max(1, min(n, 8))

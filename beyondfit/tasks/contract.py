@@ -10,8 +10,7 @@ built-in tasks (:mod:`beyondfit.tasks.regression`, :mod:`~beyondfit.tasks.autoen
 A minimal one, in ``mymod.py`` beside ``conf/task/mine.yaml``::
 
     import torch
-    from beyondfit.data import TensorBatches
-    from beyondfit.tasks import Task
+    from beyondfit import Task, TensorBatches
 
     def build(seed: int = 0, hidden: int = 32, batch_size: int = 64) -> Task:
         x = torch.randn(512, 3, generator=torch.Generator().manual_seed(seed))
@@ -66,7 +65,7 @@ class Task:
             ``"loss"`` (differentiated) and other scalars (logged as per-epoch means). Use the
             ``model`` argument, not a captured one: the engine may have wrapped it (DDP, compile).
         train_data: any iterable of batches, iterated once per epoch (``train.epochs``): a
-            list, a ``DataLoader``, :class:`~beyondfit.data.TensorBatches`, a rollout collector.
+            list, a ``DataLoader``, :class:`~beyondfit.TensorBatches`, a rollout collector.
             Batches may be tensors or any nesting of tuples, lists, dicts or dataclasses of them.
             With ``len()``, schedulers and progress bars know the run's length. With
             ``state_dict()``/``load_state_dict()`` (as ``TensorBatches`` has), ``resume=``

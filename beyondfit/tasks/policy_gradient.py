@@ -22,16 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
+from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import LossFn
 from beyondfit.rl.normalization import normalizer_options
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.schedules import env_step_schedules
-from beyondfit.tasks import Task
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -62,6 +63,7 @@ def build(
     log_std_init: float = 0.0,
     eval_every_env_steps: int = 2048,
     eval_episodes: int = 20,
+    confirm_episodes: int = 100,
     target_return: float | None = None,
     normalize: bool | Mapping[str, Any] | None = None,
     anneal: Mapping[str, float | None] | None = None,
@@ -91,6 +93,10 @@ def build(
         hidden, activation, log_std_init: policy architecture (see :class:`ActorCritic`).
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
         eval_episodes: greedy episodes per evaluation.
+        confirm_episodes: fresh greedy episodes of the confirming evaluation
+            (:mod:`beyondfit.rl.confirm`), run when the stop rule fires and at the end: their
+            mean is the run's reported return, and "solved" means it reaches the target; 0:
+            none (the last in-training evaluation is reported, unconfirmed).
         target_return: what counts as solved in the summary line (and the usual stop rule);
             ``None``: the env's registered ``reward_threshold``, if any.
         normalize: running normalization inside the policy (:mod:`beyondfit.rl.normalization`):
@@ -116,6 +122,12 @@ def build(
             raise BeyondfitError(
                 f"task.{name}={value!r} must be a positive integer, e.g. task.{name}=8"
             )
+    if isinstance(confirm_episodes, bool) or not isinstance(confirm_episodes, int) or (
+            confirm_episodes < 0):
+        raise BeyondfitError(
+            f"task.confirm_episodes={confirm_episodes!r} must be a whole number of episodes "
+            "(0: no confirming evaluation), e.g. task.confirm_episodes=100"
+        )
     settings = {**COLLECTOR_DEFAULTS, **dict(collector or {})}
     unknown = sorted(set(settings) - set(COLLECTOR_DEFAULTS))
     if unknown:
@@ -159,6 +171,13 @@ def build(
     callbacks = env_step_schedules(anneal, data, loss)
     if target_return is None:
         target_return = env_spec(env).reward_threshold
+    confirm = None
+    if confirm_episodes:
+        confirm = ConfirmingEvaluation(
+            lambda n: GreedyEvaluator(env, n, wrappers=wrappers), confirm_episodes, seed,
+            target_return,
+        )
+        callbacks.append(confirm)
     rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
     architecture = {"env": env, "hidden": list(hidden), "activation": activation,
                     "log_std_init": log_std_init, "critic": bool(critic),
@@ -174,6 +193,8 @@ def build(
         (Path(run_dir) / "policy.json").write_text(json.dumps(architecture, indent=2) + "\n")
         data.close()
         evaluator.close()
+        if confirm is not None:
+            confirm.close()
         score = engine.last_val.get("val_return")
         if target_return is None:
             verdict = "trained (no target return)"
@@ -183,9 +204,16 @@ def build(
             verdict = "not solved"
         shown = "n/a" if score is None else f"{score:.1f}"
         wanted = "" if target_return is None else f" (target {target_return:g})"
+        if confirm is not None and confirm.training:
+            during = confirm.training.get("val_return", float("nan"))
+            how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
+                   f"{confirm_episodes} fresh episodes (training-time evaluation {during:.1f} "
+                   f"over {eval_episodes})")
+        else:
+            how = f"greedy val_return {shown}{wanted} over {eval_episodes} episodes (unconfirmed)"
         return [
-            f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
-            f"after {data.env_steps} env steps, {time.perf_counter() - started:.1f}s wall",
+            f"{env} {verdict}: {how} after {data.env_steps} env steps, "
+            f"{time.perf_counter() - started:.1f}s wall",
             f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
             f"python -m beyondfit.play {run_dir}",
         ]

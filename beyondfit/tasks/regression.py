@@ -18,13 +18,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from beyondfit import Task
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.data import split
 from beyondfit.data.bundled import diabetes
 from beyondfit.data.tables import Table
 from beyondfit.nets import WideAndDeep, mlp
-from beyondfit.tasks import Task
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
     auto_hidden,
@@ -59,7 +59,7 @@ def build(
             started at the least-squares fit of the training rows.
         batch_size: training rows per step, or ``"auto"`` (by training rows).
         val_fraction: share of rows held out for validation.
-        early_stopping: :class:`~beyondfit.core.EarlyStopping` options (monitor ``val_loss``
+        early_stopping: :class:`~beyondfit.EarlyStopping` options (monitor ``val_loss``
             unless given), or ``None`` to train every epoch.
         data: ``{"path": file.csv|file.npz, "target": COLUMN, "missing": impute|refuse}``;
             default: diabetes.

@@ -237,7 +237,7 @@ def table_task(
     finish: Callable[..., list[str]],
     callbacks: list[Any],
 ) -> Task:
-    """The :class:`~beyondfit.tasks.Task` of a table: shuffled training batches (``batch_size``
+    """The :class:`~beyondfit.Task` of a table: shuffled training batches (``batch_size``
     or the automatic size), and the whole validation split as one batch (exact metrics)."""
     x_train, y_train = train
     return Task(
