@@ -20,6 +20,8 @@ from beyondfit.core.serialization import atomic_save
 
 from kit import cli
 
+pytestmark = pytest.mark.e2e  # every test here starts a command line
+
 BASE = ("+task=regression", "train.epochs=2", "plots=false")
 
 

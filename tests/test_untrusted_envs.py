@@ -10,6 +10,8 @@ import pytest
 
 from kit import cli
 
+pytestmark = pytest.mark.e2e  # every test here starts a command line
+
 BAD_ENVS = '''
 import gymnasium as gym
 import numpy as np
@@ -52,7 +54,7 @@ for name in ("WrongShape", "OneValue", "InfiniteReward"):
 
 
 @pytest.mark.parametrize(("env", "words"), [
-    ("WrongShape", "failed in step at env step 0 (ValueError"),
+    ("WrongShape", "failed in env step 0 (ValueError"),
     ("OneValue", "failed in reset (ValueError: too many values to unpack"),
     ("InfiniteReward", "returned reward inf at env step 32 (copy 0)"),
 ])

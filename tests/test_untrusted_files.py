@@ -49,6 +49,7 @@ def test_an_unreadable_hydra_record_is_one_warning(tmp_path: Path) -> None:
     assert done.stderr.count("\n") == 1 and "config.yaml was ignored" in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_dangerous_target_on_the_command_line_is_refused_in_one_line(tmp_path: Path) -> None:
     from importlib.metadata import version
 

@@ -11,6 +11,8 @@ import pytest
 
 from kit import cli
 
+pytestmark = pytest.mark.e2e  # every test here starts a command line
+
 CASES = {
     "an env var that is not a seed": (["seed=${oc.env:HOME}"], {},
                                       "seed=${oc.env:HOME}: the interpolation cannot be resolved"),

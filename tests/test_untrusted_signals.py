@@ -14,6 +14,8 @@ import pytest
 
 from kit import ROOT
 
+pytestmark = pytest.mark.e2e  # every test here starts a command line
+
 
 def wait_for(path: Path, text: str, run: subprocess.Popen[bytes], limit: float = 120) -> None:
     """Until ``text`` appears in the file ``path`` (or the run ends)."""

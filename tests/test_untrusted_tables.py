@@ -16,6 +16,8 @@ from beyondfit.data.tables import read_table
 
 from kit import cli
 
+pytestmark = pytest.mark.e2e  # every test here starts a command line
+
 RUN = ("train.epochs=1", "plots=false", "hydra.run.dir=run")
 
 

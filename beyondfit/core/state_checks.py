@@ -51,7 +51,9 @@ KINDS: dict[str, tuple[Any, str]] = {
     "real": (is_real, "a number"),
     "real_or_none": (lambda v: v is None or is_real(v), "a number or null"),
     "bool": (lambda v: isinstance(v, bool), "true or false"),
-    "tensor_or_none": (lambda v: v is None or isinstance(v, torch.Tensor), "a tensor or null"),
+    "tensor": (lambda v: v is None or isinstance(v, torch.Tensor), "a tensor or null"),
+    "generator": (lambda v: v is None or (isinstance(v, torch.Tensor) and v.dtype == torch.uint8),
+                  "a generator state (a uint8 tensor) or null"),
 }
 
 

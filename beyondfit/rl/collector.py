@@ -26,13 +26,7 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rank_seed
-from beyondfit.core.state_checks import field_problem
-from beyondfit.rl.envs import (
-    action_converter,
-    check_rewards,
-    env_error,
-    observation_converter,
-)
+from beyondfit.rl import envs as env_api
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
@@ -154,7 +148,7 @@ class RolloutCollector:
         self._running_return = np.zeros(envs.num_envs)  # discounted, for reward scaling
         self._epochs_run = [0, 0]  # epochs and rollouts since metrics(), with stop_epochs
         self._rollout_start = 0  # env steps before the current rollout
-        self._to_env = action_converter(envs.single_action_space)
+        self._to_env = env_api.action_converter(envs.single_action_space)
         self.env_steps = 0
         self.rollouts = 0
         self._unsharded: tuple[int, int] | None = None
@@ -214,10 +208,7 @@ class RolloutCollector:
         if self._next_obs is None:
             # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
             # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
-            try:
-                self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
-            except Exception as exc:  # the env's own code, or its reset breaks the API
-                raise env_error(self.envs, "reset", exc) from None
+            self._next_obs = env_api.reset_envs(self.envs, self.seed + self.env_steps)
             n = self.envs.num_envs
             self._prev_done = np.zeros(n, dtype=bool)
             self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -260,7 +251,7 @@ class RolloutCollector:
             normalizer.merge_observations(self._pending_moments)
             self._pending_moments = None
         self._rollout_start = self.env_steps
-        to_obs = observation_converter(device)
+        to_obs = env_api.observation_converter(device)
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
@@ -274,9 +265,8 @@ class RolloutCollector:
                     out_steps.append(out)
                 try:  # free in Python 3.11 unless it raises
                     next_obs, reward, term, trunc, _ = envs.step(to_env(action))
-                except Exception as exc:
-                    where = f"step at env step {self.env_steps + t * N}"
-                    raise env_error(envs, where, exc) from None
+                except Exception as e:
+                    raise env_api.env_error(envs, f"env step {self.env_steps + t * N}", e) from None
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)
@@ -294,8 +284,7 @@ class RolloutCollector:
             logp = None
             if log_probs:
                 logp = policy.log_prob(torch.cat(out_steps), actions.flatten(0, 1))
-        rewards = np.stack(reward_steps).astype(np.float32, copy=False)
-        check_rewards(rewards, envs, self.env_steps)  # one NumPy call per rollout
+        rewards = env_api.finite_rewards(reward_steps, envs, self.env_steps)
         terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
         done = terminated | truncated
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.
@@ -393,13 +382,7 @@ class RolloutCollector:
 
     def state_problem(self, state: Any) -> str | None:
         """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        problem = field_problem(state, {"env_steps": "count", "rollouts": "count",
-                                        "generator": "tensor_or_none",
-                                        "pending_obs_moments": "tensor_or_none"})
-        generator = state.get("generator") if problem is None else None
-        if generator is not None and generator.dtype != torch.uint8:
-            problem = f"generator is a {generator.dtype} tensor, not a generator state"
-        return problem
+        return env_api.collector_state_problem(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and generator; the envs restart episodes on the next iteration."""

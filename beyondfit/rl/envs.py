@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import field_problem
 from beyondfit.rl.policies import check_spaces
 
 #: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
@@ -137,9 +139,20 @@ def env_error(envs: VectorEnv | str, where: str, exc: BaseException) -> Beyondfi
     )
 
 
-def check_rewards(rewards: np.ndarray, envs: VectorEnv | str, first_step: int) -> None:
-    """Raise naming the env step of the first reward that is NaN, infinite or beyond float32
-    (``rewards``: ``(T, N)`` as float32, stepped from env step ``first_step``)."""
+def reset_envs(envs: VectorEnv, seed: int) -> np.ndarray:
+    """``envs.reset(seed=seed)``'s observations; an env that raises or breaks the API there is
+    one line."""
+    try:
+        obs, _ = envs.reset(seed=seed)
+    except Exception as exc:  # the env's own code, or a reset that returns one value
+        raise env_error(envs, "reset", exc) from None
+    return obs
+
+
+def finite_rewards(steps: list[Any], envs: VectorEnv | str, first_step: int) -> np.ndarray:
+    """A rollout's rewards as one ``(T, N)`` float32 array (one NumPy check per rollout);
+    raises naming the env step of the first that is NaN, infinite or beyond float32."""
+    rewards = np.stack(steps).astype(np.float32, copy=False)
     bad = np.flatnonzero(~np.isfinite(rewards))
     if len(bad):
         t, i = divmod(int(bad[0]), rewards.shape[1])
@@ -149,6 +162,14 @@ def check_rewards(rewards: np.ndarray, envs: VectorEnv | str, first_step: int) -
             f"{first_step + t * rewards.shape[1] + i} (copy {i}); rewards must be finite "
             "float32 numbers: clip or rescale the env's reward"
         )
+    return rewards
+
+
+def collector_state_problem(state: Any) -> str | None:
+    """What makes a rollout collector's saved state unloadable (counters that are not whole
+    numbers in range, a generator state that is not one), or ``None``."""
+    return field_problem(state, {"env_steps": "count", "rollouts": "count",
+                                 "generator": "generator", "pending_obs_moments": "tensor"})
 
 
 def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:
