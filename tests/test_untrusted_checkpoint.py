@@ -34,6 +34,13 @@ def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "run"
 
 
+def unfinished(finished: Path, to: Path) -> Path:
+    """A copy of the run as if killed after its last checkpoint: no final record yet."""
+    run = Path(shutil.copytree(finished, to))
+    (run / "result.json").unlink(missing_ok=True)
+    return run
+
+
 def newest(run: Path) -> Path:
     return sorted((run / "checkpoints").glob("step-*.pt"))[-1]
 
@@ -99,7 +106,7 @@ def test_a_forged_field_is_refused_in_one_line_and_nothing_changes(
     finished: Path, tmp_path: Path, case: str
 ) -> None:
     edit, words = FORGERIES[case]
-    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    run = unfinished(finished, tmp_path / "run")
     forge(run, edit)
     before = snapshot(run)
     done = cli(*BASE, "train.epochs=3", f"resume={run}", cwd=tmp_path)
@@ -113,7 +120,7 @@ def test_a_forged_field_is_refused_in_one_line_and_nothing_changes(
 @pytest.mark.parametrize("loss", ["truncated", "deleted"])
 def test_a_metrics_file_that_lost_rows_is_reported_and_repaired(finished: Path, tmp_path: Path,
                                                                 loss: str) -> None:
-    run = Path(shutil.copytree(finished, tmp_path / "run"))
+    run = unfinished(finished, tmp_path / "run")
     metrics = run / "metrics.jsonl"
     rows = metrics.read_text().splitlines(keepends=True)
     if loss == "truncated":
