@@ -1,15 +1,17 @@
 """Files from elsewhere are data: a run directory's Hydra config, read for a report by
-``python -m beyondfit.compare``, is never resolved (no resolver runs, nothing recurses)."""
+``python -m beyondfit.compare``, is never resolved (no resolver runs, nothing recurses). A
+config is code, but the hydra-core floor refuses its blocklisted targets in one line."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
-from kit import cli
+from kit import ROOT, cli
 
 pytest.importorskip("matplotlib")
 
@@ -45,3 +47,21 @@ def test_an_unreadable_hydra_record_is_one_warning(tmp_path: Path) -> None:
     done = cli(str(tmp_path / "run"), module="beyondfit.compare")
     assert done.returncode == 0, done.stderr
     assert done.stderr.count("\n") == 1 and "config.yaml was ignored" in done.stderr
+
+
+@pytest.mark.e2e
+def test_a_dangerous_target_on_the_command_line_is_refused_in_one_line(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    # The floor pyproject.toml sets is the one whose instantiate refuses such targets.
+    floor = re.search(r'"hydra-core>=([\d.]+)', (ROOT / "pyproject.toml").read_text())
+    assert floor and parse(version("hydra-core")) >= parse(floor.group(1)) >= parse("1.3.7")
+    done = cli("+task=regression", "task._target_=os.system", "hydra.run.dir=run",
+               cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    error = [line for line in done.stderr.splitlines() if "error" in line]
+    assert len(error) == 1 and "Target 'os.system' is blocklisted" in error[0], done.stderr
+
+
+def parse(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])

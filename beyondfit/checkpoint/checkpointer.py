@@ -26,6 +26,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode
 from beyondfit.core.serialization import nonfinite_entries
+from beyondfit.core.state_checks import field_problem
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -40,6 +41,12 @@ _STEP_FILE = re.compile(r"^step-(\d+)\.pt$")
 def step_file_name(step: int) -> str:
     """``step-00000120.pt``: zero-padded so that names sort like steps."""
     return f"step-{step:08d}.pt"
+
+
+def file_step(path: str | Path) -> int | None:
+    """The step a ``step-*.pt`` file is named for, or ``None`` for another name."""
+    match = _STEP_FILE.match(Path(path).name)
+    return int(match.group(1)) if match else None
 
 
 def step_checkpoints(directory: str | Path) -> list[Path]:
@@ -241,6 +248,10 @@ class Checkpointer(Callback):
     def state_dict(self) -> dict[str, Any]:
         """The best value so far and where it was, so a resumed run keeps comparing to it."""
         return {"best": self.best, "best_step": self.best_step, "monitor": self.monitor}
+
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        return field_problem(state, {"best": "real_or_none", "best_step": "count_or_none"})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (ignored when the monitored metric changed)."""

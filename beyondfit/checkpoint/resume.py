@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beyondfit.checkpoint.checkpointer import CHECKPOINT_DIR, step_checkpoints
+from beyondfit.checkpoint.checkpointer import CHECKPOINT_DIR, file_step, step_checkpoints
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import CorruptCheckpointError, check_state_fits, safe_load
 
@@ -96,6 +96,15 @@ def resume(
             continue
         if config is not None:  # first: "another task" says more than the keys that differ
             _check_same(state.get("config"), config, must_match, source)
+        named = file_step(candidate)
+        counters = state.get("counters")
+        step = counters.get("global_step") if isinstance(counters, Mapping) else None
+        if named is not None and step != named:
+            raise BeyondfitError(
+                f"{source} was refused: counters.global_step={step!r} but the file is named "
+                f"for step {named}; it was changed after beyondfit wrote it, resume from "
+                "another checkpoint"
+            )
         check_state_fits(state, engine.model, engine_optimizers(engine), source)
         engine.load_state_dict(state, source=source)
         return candidate, state

@@ -9,13 +9,13 @@ at once; torch loads only for a run (``tests/test_startup.py`` holds this).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shlex
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,110 +23,43 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from beyondfit.cli.configs import CONF_DIR, available, no_task_message
+from beyondfit.cli.choices import INFO_FLAGS, check_choices, fail, user_config_dirs
+from beyondfit.cli.configs import CONF_DIR
 from beyondfit.cli.fastpath import compose_once
+from beyondfit.cli.interpolation import check_interpolations
 from beyondfit.cli.jobs import end_jobs, end_sweep, job_failed, share_job
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
 from beyondfit.cli.schema import config_error_line
-from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.errors import BeyondfitError, one_line_warning
 from beyondfit.distributed.environ import launch_env
-
-# Flags with which Hydra prints something instead of running a job.
-_INFO_FLAGS = (
-    "--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc",
-)  # fmt: skip
-
-
-def fail(message: str) -> None:
-    """Print one line and exit with status 2."""
-    print(f"beyondfit: error: {message}", file=sys.stderr)
-    sys.exit(2)
-
-
-_OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper"
-
-
-_GROUP_HOW = {
-    "optimizer": "optimizer=NAME",
-    "algo": "algo=NAME",
-    "scheduler": "scheduler=NAME",
-    "logger": "logger=[NAME,...] or +logger=NAME",
-}
-
-
-def user_config_dirs(args: list[str]) -> list[Path]:
-    """The config directories the user adds: ``--config-dir DIR`` (``-cd``) and the
-    ``file://`` entries of ``hydra.searchpath=[...]``; exits with one line if one is missing."""
-    found: list[tuple[str, str]] = []
-    for i, arg in enumerate(args):
-        flag, sep, value = arg.partition("=")
-        if flag in ("--config-dir", "-cd"):
-            if not sep:
-                value = args[i + 1] if i + 1 < len(args) else ""
-            found.append((f"--config-dir {value}", value))
-        elif flag.lstrip("+") == "hydra.searchpath":
-            for entry in value.strip().strip("[]").split(","):
-                entry = entry.strip().strip("'\"")
-                if entry.startswith("file://"):
-                    found.append((f"hydra.searchpath entry {entry}", entry[len("file://"):]))
-    dirs = []
-    for where, value in found:
-        path = Path(value).expanduser().absolute()
-        if not value or not path.is_dir():
-            fail(f"{where}: no such directory ({path}); give the directory that holds "
-                 "task/NAME.yaml, e.g. --config-dir conf")
-        dirs.append(path)
-    return dirs
-
-
-def check_choices(args: list[str]) -> None:
-    """Catch an unknown or missing task/optimizer/algo before Hydra starts (and makes a run dir).
-
-    The options are the shipped configs' and those of the user's config directories.
-    """
-    if any(a in _INFO_FLAGS or a.startswith("--cfg=") for a in args):
-        return
-    dirs = user_config_dirs(args)
-    picked_task = False
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        if not sep:
-            continue
-        group = key.lstrip("+~")
-        if group in ("task", "experiment", "search"):  # a search preset picks its task
-            picked_task = True
-        if group not in ("task", "optimizer", "scheduler", "experiment", "logger", "search",
-                         "algo", "debug"):
-            continue
-        options = available(group, dirs)
-        # A multirun sweep lists several; the logger group takes lists: logger=[csv,tensorboard].
-        for choice in value.split(","):
-            choice = choice.strip().strip("[]").strip()
-            if choice and choice not in options:
-                how = _GROUP_HOW.get(group, f"+{group}=NAME")
-                if group == "logger":  # the loggers are built in, not configs of one's own
-                    mine = ""
-                elif dirs:
-                    where = " and ".join(str(d / group) for d in dirs)
-                    mine = f"; looked for {choice}.yaml in {where} and beyondfit's own"
-                else:
-                    mine = f"; your own: DIR/{group}/{choice}.yaml with --config-dir DIR"
-                fail(
-                    f"unknown {group} {choice!r}; available: {', '.join(options)} "
-                    f"(pick with {how}{mine})"
-                )
-        if group == "search" and importlib.util.find_spec(_OPTUNA_SWEEPER) is None:
-            fail(
-                "+search=NAME runs an Optuna search through hydra-optuna-sweeper, which is not "
-                'installed; pip install "beyondfit[search]"'
-            )
-    if not picked_task:
-        fail(no_task_message(dirs))
 
 
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: DictConfig) -> float | None:
-    """One job; in a search (an optimizing sweeper such as Optuna's), return its objective."""
+    """One job; in a search (an optimizing sweeper such as Optuna's), return its objective.
+
+    A value that fails only when the job reads it (an interpolation that cannot resolve, a
+    resolver that raises, a value of the wrong type) is one line naming the key here, before
+    Hydra's "Error executing job" line; in a grid sweep that job fails alone.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        check_interpolations(cfg)
+    except BeyondfitError as exc:
+        if not job_failed(str(exc)):
+            fail(str(exc))
+        return None
+    try:
+        return _job(cfg)
+    except OmegaConfBaseException as exc:
+        line = config_error_line(exc) or " ".join(str(exc).split())
+        if not job_failed(line):
+            fail(line)
+        return None
+
+
+def _job(cfg: DictConfig) -> float | None:
     # The job itself: torch loads from here on (the modules above do not import it).
     from beyondfit.checkpoint.interrupt import TrainingInterrupted
     from beyondfit.cli.result import read_result
@@ -252,7 +185,7 @@ def finished_resume(args: list[str]) -> bool:
             extend = value.lower() == "true"
         elif sep and key == "hydra.run.dir":
             elsewhere = Path(value).expanduser().resolve()
-    if resume is None or extend or any(a in _INFO_FLAGS or a.startswith("--cfg") for a in args):
+    if resume is None or extend or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
         return False
     from beyondfit.cli.result import already_finished_line, finished_run  # loads torch
 
@@ -300,10 +233,17 @@ def main() -> None:
         _main()
     except KeyboardInterrupt:
         interrupted()
+    finally:
+        # Done, failed or interrupted: a Ctrl-C while Python shuts down (atexit hooks, torch's
+        # finalizers) exits with 130 at once instead of a traceback from inside them.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
 def interrupted() -> None:
     """The one line and exit status of a Ctrl-C outside training."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, lambda *_: os._exit(130))  # a third one: at once
     print("\nbeyondfit: interrupted (SIGINT)", file=sys.stderr)
     sys.exit(130)
 
@@ -316,6 +256,7 @@ def _main() -> None:
         return
     # A task's _target_ (mymod.build) is a module of the launch directory: importable through
     # the console script too, whose sys.path starts with its own bin directory instead.
+    warnings.formatwarning = one_line_warning  # e.g. Gymnasium's env checker, then an error
     launch_dir = os.getcwd()
     if launch_dir not in sys.path:
         sys.path.insert(0, launch_dir)

@@ -45,9 +45,13 @@ from beyondfit.core.callbacks import Callback, StopRule, Stopwatch
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
+from beyondfit.core.options import check_number
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
+
+#: The most intra-op threads a run may ask for (far more than any machine's cores).
+MAX_THREADS = 1024
 
 log = logging.getLogger("beyondfit")
 
@@ -81,13 +85,10 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
         finished = finished_run(str(cfg.resume)) if cfg.get("resume") else None
-        if finished is not None and finished[0] == run_dir.resolve():  # not a branch elsewhere
-            if not cfg.get("resume_extend"):
-                log.info("%s", already_finished_line(*finished))
-                return []
-            # Extended: no longer finished until it finishes again (a kill meanwhile resumes).
-            if strategy.is_main:
-                (finished[0] / RESULT_FILE).unlink(missing_ok=True)
+        at_home = finished is not None and finished[0] == run_dir.resolve()  # not a branch
+        if at_home and not cfg.get("resume_extend"):
+            log.info("%s", already_finished_line(*finished))
+            return []
         if debug.settings(cfg)["resume_check"]:  # +debug=fast: train, checkpoint, resume, train
             return debug.with_resume_check(
                 cfg, run_dir, lambda c, first: _train(c, run_dir, strategy, started, first)
@@ -106,6 +107,9 @@ def _train(
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
+        # Far more threads than any machine has cores crash inside torch (no message).
+        check_number("threads", cfg.threads, integer=True, at_least=1, at_most=MAX_THREADS,
+                     example="threads=4")
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)
@@ -144,9 +148,14 @@ def _train(
         **options,
     )
     if cfg.get("resume"):
+        engine.train_data = task.train_data  # its saved position is checked with the rest
         resume_engine(engine, cfg)
         if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
             engine.resumed_stop = None
+            # Extended, once the checkpoint is accepted: no longer finished until it finishes
+            # again (a kill meanwhile resumes).
+            if strategy.is_main:
+                (run_dir / RESULT_FILE).unlink(missing_ok=True)
     try:
         # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
         with interrupt, debug.checks(checks):

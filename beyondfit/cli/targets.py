@@ -191,7 +191,10 @@ def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] 
         full_key = re.search(r"full_key: (\S*)", text)
         where, name = named.get(full_key.group(1) if full_key else "", (key, "its _target_"))
         if cause is None:
-            raise BeyondfitError(f"cannot build {where} ({name}): {text.splitlines()[0]}") from None
+            # Hydra wraps its own message (a blocklisted target's reason) over several lines,
+            # then names the key: one line of the message, without the key it adds.
+            said = " ".join(text.split("full_key:")[0].split())
+            raise BeyondfitError(f"cannot build {where} ({name}): {said}") from None
         message = " ".join(str(cause).split()) or "(no message)"
         hint = ""
         if where != key and isinstance(cause, TypeError) and "required positional" in message:

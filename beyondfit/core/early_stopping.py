@@ -27,6 +27,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
+from beyondfit.core.state_checks import field_problem, is_real
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -181,6 +182,20 @@ class EarlyStopping(Callback):
             "seen": self.seen,
             "best_weights": self._best_weights,
         }
+
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        problem = field_problem(state, {"best": "real", "best_epoch": "count",
+                                        "best_step": "count", "wait": "count", "seen": "count"})
+        if problem:
+            return problem
+        logs, weights = state.get("best_logs", {}), state.get("best_weights")
+        if not isinstance(logs, Mapping) or not all(is_real(v) for v in logs.values()):
+            return "best_logs is not a mapping of names to numbers"
+        if weights is not None and not (isinstance(weights, Mapping) and all(
+                isinstance(v, torch.Tensor) for v in weights.values())):
+            return "best_weights is not a mapping of names to tensors"
+        return None
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a :meth:`state_dict`."""

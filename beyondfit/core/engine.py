@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback, overrides
 from beyondfit.core.checks import NonFiniteCheck
 from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback
@@ -114,8 +115,7 @@ class Engine(Checkpointable):
         track_grad_norm: bool = False,
         strategy: str | Strategy = "auto",
     ) -> None:
-        if not isinstance(model, nn.Module):
-            raise BeyondfitError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        guards.model(model)  # a module, without meta tensors
         for name, value in (("accumulate", accumulate), ("log_every", log_every)):
             check_number(name, value, integer=True, at_least=1)
         check = NonFiniteCheck(on_nonfinite, max_skips)
@@ -131,6 +131,7 @@ class Engine(Checkpointable):
         for update in updates:  # a factory without params trains the model, if it is alone
             update.bind(trainable if len(updates) == 1 else None)
         check_disjoint(updates)
+        guards.optimizers(self.model, updates)  # each holds some of the model's parameters
         self.updates: list[Update] = updates
         self._single = len(updates) == 1
         self.accumulate = int(accumulate)
@@ -183,6 +184,7 @@ class Engine(Checkpointable):
             self.callbacks.append(callback)
 
     # ------------------------------------------------------------------ the loop
+    @guards.not_reentrant
     def fit(
         self,
         train_data: Iterable[Any],

@@ -47,3 +47,10 @@ def with_path(exc: OSError, path: object) -> OSError:
     import errno
 
     return OSError(exc.errno or errno.EIO, exc.strerror or str(exc) or "I/O error", str(path))
+
+
+def one_line_warning(message: Warning | str, category: type[Warning], filename: str,
+                     lineno: int, line: str | None = None) -> str:
+    """``warnings.formatwarning`` for the command line: one line per warning (Python's own
+    adds the source line below it), so a library's warning before an error stays one line."""
+    return f"{category.__name__}: {' '.join(str(message).split())}\n"

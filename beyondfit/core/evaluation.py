@@ -10,6 +10,7 @@ import torch
 from beyondfit.core.device import move_to_device
 from beyondfit.core.errors import BeyondfitError, no_val_batches
 from beyondfit.core.forward import ForwardPath
+from beyondfit.core.guards import scores
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.outputs import unpack_output
 from beyondfit.core.precision import Precision
@@ -57,7 +58,7 @@ class Evaluation:
             with torch.inference_mode():
                 if callable(data) and not isinstance(data, Iterable):
                     with self.precision.autocast():
-                        raw = self.strategy.reduce_mapping(data(self.forward.eval_model))
+                        raw = self.strategy.reduce_mapping(scores(data(self.forward.eval_model)))
                 else:
                     for batch in self.strategy.shard_eval(data):
                         self.step(batch)

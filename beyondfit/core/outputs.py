@@ -45,6 +45,11 @@ def unpack_output(out: Any, training: bool) -> tuple[torch.Tensor, Mapping[str, 
             f"loss_fn returned a loss of shape {shape}; the loss must be a scalar tensor "
             "(reduce it, e.g. .mean())"
         )
+    if loss.is_complex():
+        raise BeyondfitError(
+            f"loss_fn returned a complex loss ({loss.dtype}); a loss to minimize must be real, "
+            "e.g. its magnitude .abs() or .real"
+        )
     if training and not loss.requires_grad:
         raise BeyondfitError(
             "the loss does not require grad: it does not depend on any trainable parameter "

@@ -184,12 +184,14 @@ def _load(f: Any, path: Path, map_location: Any, verified: bool) -> Any:
     except pickle.UnpicklingError as exc:
         # A verified file is as it was written: what it holds was put there on purpose.
         # In an unverified one only a reference to a callable is surely not damage.
-        if verified or "Unsupported global" in str(exc):
-            found = re.search(r"Unsupported global: (?:GLOBAL )?([^\s]+)", str(exc))
+        # torch words it "Unsupported global: GLOBAL x.y" or "unsupported GLOBAL x.y whose
+        # module x is blocked" (os.system, eval): either way a call it refused to make.
+        found = re.search(r"unsupported global:? (?:GLOBAL )?([^\s]+)", str(exc), re.I)
+        if verified or found:
             what = f"a reference to {found.group(1)}" if found else "an unsupported object"
             raise BeyondfitError(
-                f"checkpoint {str(path)!r} was refused: it holds objects other than tensors "
-                f"and plain data ({what[:120]}), which are never unpickled; only load "
+                f"checkpoint {str(path)!r} was refused as unsafe: it holds objects other than "
+                f"tensors and plain data ({what[:120]}), which are never unpickled; only load "
                 "checkpoints written by beyondfit"
             ) from None
         raise _corrupt(path, exc) from None

@@ -16,6 +16,7 @@ from typing import Any
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.seeding import rng_state, set_rng_state
 from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
+from beyondfit.core.state_checks import check_checkpoint_fields
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Checkpointable:
         """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
         # Everything is checked before anything is loaded: a mismatch changes nothing.
         check_state_fits(state, self.model, {u.name: u.optimizer for u in self.updates}, source)
+        check_checkpoint_fields(state, self, source)  # types, ranges, shapes, finiteness
         saved = state["updates"]
         self.model.load_state_dict(state["model"])
         for update in self.updates:

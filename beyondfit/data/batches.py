@@ -7,6 +7,7 @@ hand-written DataLoader loop.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -14,6 +15,11 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import field_problem
+
+log = logging.getLogger("beyondfit")
+#: Fewer validation rows than this get a warning: their scores say little.
+MIN_VAL_ROWS = 10
 
 
 class TensorBatches:
@@ -108,6 +114,13 @@ class TensorBatches:
         """The pass and position to continue from."""
         return {"pass": self._pass, "position": self._position, "seed": self.seed}
 
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        problem = field_problem(state, {"pass": "count", "position": "count", "seed": "count"})
+        if problem is None and state.get("position", 0) > len(self):
+            problem = f"position={state['position']!r} is beyond the {len(self)} batches of a pass"
+        return problem
+
     def load_state_dict(self, state: dict[str, int]) -> None:
         """Continue from a :meth:`state_dict`."""
         self._pass = int(state["pass"])
@@ -127,4 +140,9 @@ def split(
         raise BeyondfitError(f"the data has {n} row(s); at least 2 are needed for a split")
     order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
     n_val = min(max(1, round(n * val_fraction)), n - 1)
+    if n_val < MIN_VAL_ROWS:
+        log.warning(
+            "validation on %d row(s) of %d: scores on so few rows are noise (an R2 on one row "
+            "can be -1e11); give more rows, or a larger task.val_fraction", n_val, n,
+        )
     return order[n_val:], order[:n_val]

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import FLOAT32_MAX
 
 #: Cells read as missing (compared stripped and lower-cased).
 MISSING_MARKERS = frozenset({"", "na", "n/a", "nan", "null", "none", "?"})
@@ -87,9 +88,14 @@ def read_table(path: str | Path, target: str | None = None) -> Table:
     path = Path(path)
     if not path.exists():
         raise BeyondfitError(f"data file {str(path)!r} does not exist; check task.data.path")
-    if not path.is_file():
+    if path.is_dir():
         raise BeyondfitError(
             f"data file {str(path)!r} is a directory, not a file; check task.data.path"
+        )
+    if not path.is_file():  # reading a FIFO would wait forever, a device without end
+        raise BeyondfitError(
+            f"data file {str(path)!r} is not a regular file (a FIFO, device or socket); give a "
+            ".csv or .npz file with task.data.path"
         )
     suffix = path.suffix.lower()
     if suffix == ".npz":
@@ -220,12 +226,14 @@ def _parse_column(path: Path, name: str, cells: tuple[str, ...], labels: list[st
             bad.append(i)
     n_present = sum(present)
     if not bad:
-        infinite = np.nonzero(np.isinf(numbers))[0]
+        infinite = np.nonzero(np.abs(numbers) > FLOAT32_MAX)[0]  # NaN compares False
         if len(infinite):
             i = int(infinite[0])
+            what = ("an infinity" if np.isinf(numbers[i]) else
+                    f"beyond float32's range (|x| <= {FLOAT32_MAX:.3g}), where training runs")
             raise BeyondfitError(
                 f"data file {str(path)!r} {labels[i]} column {_show(name)} holds "
-                f"{_show(stripped[i])}, an infinity; give a finite number or leave it empty"
+                f"{_show(stripped[i])}, {what}; give a finite number or leave it empty"
             )
         return Column(name, numbers, numeric=True)
     if 2 * len(bad) < n_present:  # mostly numbers: a typo, not a category column
@@ -287,11 +295,14 @@ def _npz_column(path: Path, name: str, array: str, values: np.ndarray, labels: l
         )
     if kind in "biuf":
         numbers = values.astype(np.float64)
-        infinite = np.nonzero(np.isinf(numbers.reshape(len(numbers), -1)).any(axis=1))[0]
+        with np.errstate(invalid="ignore"):
+            too_big = np.abs(numbers.reshape(len(numbers), -1)) > FLOAT32_MAX
+        infinite = np.nonzero(too_big.any(axis=1))[0]
         if len(infinite):
             raise BeyondfitError(
-                f"data file {str(path)!r} {labels[infinite[0]]} of {array} ({name}) is infinite; "
-                "give finite numbers (NaN marks a missing value)"
+                f"data file {str(path)!r} {labels[infinite[0]]} of {array} ({name}) is infinite "
+                f"or beyond float32's range (|x| <= {FLOAT32_MAX:.3g}); give finite numbers "
+                "(NaN marks a missing value)"
             )
         return Column(name, numbers, numeric=True)
     if kind in "US":
@@ -302,6 +313,12 @@ def _npz_column(path: Path, name: str, array: str, values: np.ndarray, labels: l
     raise BeyondfitError(
         f"data file {str(path)!r}: array {array} has dtype {values.dtype}; give numbers or text"
     )
+
+
+def printable(value: object, limit: int = 40) -> str:
+    """A name from a data file (a class label, a column) as a report may print it: terminal
+    escapes, bidi overrides and other control characters shown as escapes, never raw."""
+    return _show(value, quote=False, limit=limit)
 
 
 def _show(value: object, quote: bool = True, limit: int = 40) -> str:

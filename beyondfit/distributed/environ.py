@@ -39,4 +39,11 @@ def launch_env(environ: Mapping[str, str] | None = None) -> LaunchEnv | None:
             f"RANK={rank}, WORLD_SIZE={world} do not describe a process group; start the "
             "processes with torchrun, which sets them"
         )
+    missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if world > 1 and k not in environ]
+    if missing:  # set by hand, not by torchrun: the group could never meet
+        raise BeyondfitError(
+            f"WORLD_SIZE={world} and RANK={rank} are set but {' and '.join(missing)} not: start "
+            f"the processes with torchrun (torchrun --nproc_per_node={world} -m beyondfit ...), "
+            "which sets them all, or unset WORLD_SIZE and RANK for one process"
+        )
     return LaunchEnv(rank=rank, local_rank=local, world_size=world)

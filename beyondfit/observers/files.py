@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import with_path
 from beyondfit.core.metrics import finite_or_none
+from beyondfit.core.state_checks import field_problem
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -36,7 +37,8 @@ class RowWriter(Callback):
     def make_row(engine: Engine, kind: str, logs: Mapping[str, float]) -> dict[str, Any]:
         """``kind``, ``epoch``, ``step`` and the values (NaN/inf as ``None``)."""
         epoch = int(logs["epoch"]) if kind == "epoch" else engine.epoch + 1
-        row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": engine.global_step}
+        step = int(logs["step"]) if kind == "epoch" and "step" in logs else engine.global_step
+        row: dict[str, Any] = {"kind": kind, "epoch": epoch, "step": step}
         for key, value in logs.items():
             if key not in ("epoch", "step"):
                 row[key] = finite_or_none(float(value))
@@ -71,6 +73,33 @@ class RowWriter(Callback):
         """Rows written so far."""
         return {"rows": self.rows}
 
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        return field_problem(state, {"rows": "count"})
+
+    #: Rows a checkpoint counted that the file no longer holds (truncated or deleted).
+    missing: int = 0
+
+    def epoch_rows(self) -> int:
+        """How many ``epoch`` rows the file holds."""
+        raise NotImplementedError
+
+    def on_fit_start(self, engine: Engine) -> None:
+        """After a resume whose file lost rows: say so, and write back the epoch rows the
+        checkpoint's history holds (the train and val rows it does not keep are lost)."""
+        if not self.missing:
+            return
+        lost, self.missing = self.missing, 0
+        back = engine.history[self.epoch_rows():]
+        for logs in back:
+            self._write(engine, "epoch", logs)
+        log.warning(
+            "%s holds %d fewer rows than the checkpoint counted (it was truncated or deleted): "
+            "kept the %d rows left, wrote back %d epoch rows from the checkpoint's history; "
+            "%d train/val rows are lost", self.path, lost, self.rows - len(back), len(back),
+            max(0, lost - len(back)),
+        )
+
 
 class MetricsFile(RowWriter):
     """Append one JSON object per event to ``path`` (``metrics.jsonl`` in a run directory).
@@ -95,16 +124,37 @@ class MetricsFile(RowWriter):
             f.write(json.dumps(row) + "\n")
 
     def load_state_dict(self, state: Mapping[str, int]) -> None:
-        """Cut the file back to the rows that existed when the checkpoint was written."""
+        """Cut the file back to the rows that existed when the checkpoint was written; rows
+        it lost (a truncated last line is dropped) are reported by :meth:`on_fit_start`."""
         keep = int(state["rows"])
         try:
             lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
+            while lines and not _whole_row(lines[-1]):
+                lines.pop()  # a row cut short: not data that can be trusted
+            lines = lines[:keep]
             tmp = self.path.with_suffix(".tmp")
-            tmp.write_text("".join(lines[:keep]))
+            tmp.write_text("".join(lines))
             os.replace(tmp, self.path)
         except OSError as exc:
             raise with_path(exc, self.path) from exc
-        self.rows = min(keep, len(lines))
+        self.rows = len(lines)
+        self.missing = keep - self.rows
+        self._epoch_rows = sum(1 for line in lines if _whole_row(line, "epoch"))
+
+    def epoch_rows(self) -> int:
+        """How many ``epoch`` rows the file holds (counted when it was cut back)."""
+        return self._epoch_rows
+
+
+def _whole_row(line: str, kind: str | None = None) -> bool:
+    """A complete JSON row (of ``kind``, when given)."""
+    if not line.endswith("\n"):
+        return False
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and (kind is None or row.get("kind") == kind)
 
 
 class CsvFile(RowWriter):
@@ -159,3 +209,11 @@ class CsvFile(RowWriter):
             self._rewrite(self.columns, keep=int(state["rows"]))
         except OSError as exc:
             raise with_path(exc, self.path) from exc
+        self.missing = int(state["rows"]) - self.rows
+
+    def epoch_rows(self) -> int:
+        """How many ``epoch`` rows the table holds."""
+        if not self.path.exists():
+            return 0
+        with self.path.open(newline="") as f:
+            return sum(1 for row in csv.DictReader(f) if row.get("kind") == "epoch")

@@ -26,7 +26,7 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rank_seed
-from beyondfit.rl.envs import action_converter, observation_converter
+from beyondfit.rl import envs as env_api
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
@@ -148,7 +148,7 @@ class RolloutCollector:
         self._running_return = np.zeros(envs.num_envs)  # discounted, for reward scaling
         self._epochs_run = [0, 0]  # epochs and rollouts since metrics(), with stop_epochs
         self._rollout_start = 0  # env steps before the current rollout
-        self._to_env = action_converter(envs.single_action_space)
+        self._to_env = env_api.action_converter(envs.single_action_space)
         self.env_steps = 0
         self.rollouts = 0
         self._unsharded: tuple[int, int] | None = None
@@ -208,7 +208,7 @@ class RolloutCollector:
         if self._next_obs is None:
             # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
             # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
-            self._next_obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
+            self._next_obs = env_api.reset_envs(self.envs, self.seed + self.env_steps)
             n = self.envs.num_envs
             self._prev_done = np.zeros(n, dtype=bool)
             self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
@@ -251,19 +251,22 @@ class RolloutCollector:
             normalizer.merge_observations(self._pending_moments)
             self._pending_moments = None
         self._rollout_start = self.env_steps
-        to_obs = observation_converter(device)
+        to_obs = env_api.observation_converter(device)
         # The step loop only appends: any per-step NumPy/torch call shows up in the throughput.
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
         log_probs, next_obs = self.old_log_prob, self._next_obs
         with torch.inference_mode():
-            for _ in range(T):
+            for t in range(T):
                 obs = to_obs(next_obs)
                 out = policy(obs)
                 action = policy.draw(out, generator=gen)
                 if log_probs:
                     out_steps.append(out)
-                next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                try:  # free in Python 3.11 unless it raises
+                    next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                except Exception as e:
+                    raise env_api.env_error(envs, f"env step {self.env_steps + t * N}", e) from None
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)
@@ -281,7 +284,7 @@ class RolloutCollector:
             logp = None
             if log_probs:
                 logp = policy.log_prob(torch.cat(out_steps), actions.flatten(0, 1))
-        rewards = np.stack(reward_steps).astype(np.float32, copy=False)
+        rewards = env_api.finite_rewards(reward_steps, envs, self.env_steps)
         terminated, truncated = np.stack(term_steps), np.stack(trunc_steps)
         done = terminated | truncated
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.
@@ -376,6 +379,10 @@ class RolloutCollector:
         if self._pending_moments is not None:
             state["pending_obs_moments"] = self._pending_moments.cpu()
         return state
+
+    def state_problem(self, state: Any) -> str | None:
+        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
+        return env_api.collector_state_problem(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and generator; the envs restart episodes on the next iteration."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import field_problem
 from beyondfit.rl.policies import check_spaces
 
 #: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
@@ -27,6 +29,10 @@ def missing_dependency(spec: gym.envs.registration.EnvSpec, exc: Exception) -> B
     return BeyondfitError(f"env {spec.id!r} needs a package that is not installed ({reason}); "
                           f"{how}")
 
+
+#: The most env copies a vector env may hold: each is a Python object stepped in turn, and the
+#: rollout buffers grow with them (1e8 copies ask for tens of GB before the first step).
+MAX_ENVS = 65536
 
 #: A Gymnasium wrapper factory: ``env -> wrapped env`` (a wrapper class, or a partial of one).
 WrapperFn = Callable[[gym.Env], gym.Env]
@@ -72,9 +78,10 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     envs, subprocesses cost more than they save. ``wrappers`` apply to each copy, in order. The
     envs are not reset here; the caller seeds them on its first reset.
     """
-    if not isinstance(num_envs, int) or num_envs <= 0:
+    if not isinstance(num_envs, int) or isinstance(num_envs, bool) or not 0 < num_envs <= MAX_ENVS:
         raise BeyondfitError(
-            f"task.num_envs={num_envs!r} must be a positive integer, e.g. task.num_envs=8"
+            f"task.num_envs={num_envs!r} must be a whole number from 1 to {MAX_ENVS}, e.g. "
+            "task.num_envs=8"
         )
     spec = env_spec(env_id)
     wrappers = list(wrappers)
@@ -117,6 +124,52 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
         envs.close()
         raise
     return envs
+
+
+def env_error(envs: VectorEnv | str, where: str, exc: BaseException) -> BeyondfitError:
+    """The one line for an env that broke Gymnasium's API (or raised) ``where`` it ran."""
+    env_id = envs if isinstance(envs, str) else getattr(getattr(envs, "spec", None), "id", "?")
+    if isinstance(exc, BeyondfitError):
+        return exc
+    reason = " ".join(str(exc).split())[:200] or "no message"
+    return BeyondfitError(
+        f"env {env_id!r} failed in {where} ({type(exc).__name__}: {reason}); Gymnasium's API: "
+        "reset() returns (observation, info), step(action) returns (observation, reward, "
+        "terminated, truncated, info), observations of the observation space's shape"
+    )
+
+
+def reset_envs(envs: VectorEnv, seed: int) -> np.ndarray:
+    """``envs.reset(seed=seed)``'s observations; an env that raises or breaks the API there is
+    one line."""
+    try:
+        obs, _ = envs.reset(seed=seed)
+    except Exception as exc:  # the env's own code, or a reset that returns one value
+        raise env_error(envs, "reset", exc) from None
+    return obs
+
+
+def finite_rewards(steps: list[Any], envs: VectorEnv | str, first_step: int) -> np.ndarray:
+    """A rollout's rewards as one ``(T, N)`` float32 array (one NumPy check per rollout);
+    raises naming the env step of the first that is NaN, infinite or beyond float32."""
+    rewards = np.stack(steps).astype(np.float32, copy=False)
+    bad = np.flatnonzero(~np.isfinite(rewards))
+    if len(bad):
+        t, i = divmod(int(bad[0]), rewards.shape[1])
+        env_id = envs if isinstance(envs, str) else getattr(getattr(envs, "spec", None), "id", "?")
+        raise BeyondfitError(
+            f"env {env_id!r} returned reward {rewards[t, i]} at env step "
+            f"{first_step + t * rewards.shape[1] + i} (copy {i}); rewards must be finite "
+            "float32 numbers: clip or rescale the env's reward"
+        )
+    return rewards
+
+
+def collector_state_problem(state: Any) -> str | None:
+    """What makes a rollout collector's saved state unloadable (counters that are not whole
+    numbers in range, a generator state that is not one), or ``None``."""
+    return field_problem(state, {"env_steps": "count", "rollouts": "count",
+                                 "generator": "generator", "pending_obs_moments": "tensor"})
 
 
 def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:

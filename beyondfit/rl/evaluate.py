@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.envs import WrapperFn, action_converter, make_vector_env
+from beyondfit.rl.envs import WrapperFn, action_converter, env_error, make_vector_env
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -52,7 +52,10 @@ class GreedyEvaluator:
         """Run one greedy episode per env copy; return mean return and length."""
         start = time.perf_counter()
         device = next(model.parameters()).device
-        obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
+        try:
+            obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
+        except Exception as exc:
+            raise env_error(self.env_id, "reset (evaluation)", exc) from None
         self._seeded = True
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -61,7 +64,11 @@ class GreedyEvaluator:
             while running.any():
                 obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
                 action = model.act(obs_t, greedy=True)
-                obs, reward, term, trunc, _ = self.envs.step(self._to_env(action))
+                try:
+                    obs, reward, term, trunc, _ = self.envs.step(self._to_env(action))
+                except Exception as exc:
+                    where = f"step {int(lengths.max())} of a greedy evaluation"
+                    raise env_error(self.env_id, where, exc) from None
                 # Finished copies autoreset and keep stepping; their steps no longer count.
                 returns += reward * running
                 lengths += running
@@ -73,6 +80,11 @@ class GreedyEvaluator:
                         "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
                     )
         self.seconds += time.perf_counter() - start
+        if not np.isfinite(returns.astype(np.float32)).all():
+            raise BeyondfitError(
+                f"env {self.env_id!r} returned rewards that are not finite float32 numbers in a "
+                f"greedy evaluation (returns {returns.tolist()[:4]}); clip or rescale its reward"
+            )
         result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
         entry = dict(result)
         if self.progress is not None:

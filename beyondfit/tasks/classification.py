@@ -30,7 +30,7 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
-from beyondfit.data.tables import Table
+from beyondfit.data.tables import Table, printable
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.observers.plots import skipped_without_matplotlib
 from beyondfit.tasks.supervised import (
@@ -143,7 +143,8 @@ def build(
             predicted = engine.model(x_val.to(engine.device)).argmax(1).cpu().numpy()
         matrix = confusion_matrix(y_val.numpy(), predicted, n_classes)
         recall = matrix.diagonal() / np.maximum(matrix.sum(1), 1)
-        shown = ", ".join(f"{name} {r:.2f}" for name, r in list(zip(classes, recall))[:20])
+        shown = ", ".join(f"{printable(name)} {r:.2f}"  # labels come from the user's file
+                          for name, r in list(zip(classes, recall))[:20])
         more = f", ... ({n_classes} classes)" if n_classes > 20 else ""
         lines.append(f"per-class validation recall: {shown}{more}")
         lines += save_confusion_matrix(run_dir, matrix, classes)
@@ -270,8 +271,9 @@ def save_confusion_matrix(run_dir: Path, matrix: np.ndarray, classes: list[str])
     image = ax.imshow(matrix, cmap="Blues", interpolation="nearest")
     fig.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
     ticks = range(n)
-    ax.set_xticks(ticks, [c[:12] for c in classes], rotation=45 if n > 6 else 0, ha="right")
-    ax.set_yticks(ticks, [c[:12] for c in classes])
+    names = [printable(c, limit=12) for c in classes]  # no control characters in the figure
+    ax.set_xticks(ticks, names, rotation=45 if n > 6 else 0, ha="right")
+    ax.set_yticks(ticks, names)
     ax.set_xlabel("predicted class")
     ax.set_ylabel("true class")
     if n <= 30:  # counts in the cells while they are readable
