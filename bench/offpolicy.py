@@ -111,9 +111,8 @@ def run_sb3(algo: str, bench: Bench, seed: int, episodes: int, budget: int) -> d
     hyper = zoo_hyperparams(algo, bench.env)
     hyper["learning_starts"] = min(hyper["learning_starts"], budget // 2)  # tiny test budgets
     if "noise_std" in hyper:
-        from stable_baselines3.common.noise import NormalActionNoise
-
         import gymnasium as gym
+        from stable_baselines3.common.noise import NormalActionNoise
 
         n_actions = gym.spec(bench.env).make().action_space.shape[0]
         std = hyper.pop("noise_std")
