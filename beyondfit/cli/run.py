@@ -36,6 +36,7 @@ from beyondfit.core.seeding import seed_everything
 from beyondfit.distributed import resolve_strategy
 from beyondfit.observers import MetricsFile
 from beyondfit.observers.tracking import end_trackers
+from beyondfit.tasks.contract import bind_updates
 
 log = logging.getLogger("beyondfit")
 
@@ -101,11 +102,14 @@ def _train(cfg: DictConfig, run_dir: Path, strategy: Any, started: float) -> lis
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt]
+    # A task with several optimizers (SAC) gets each built from the optimizer group.
+    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, optimizer, build_scheduler(
+        cfg.get("scheduler"), task, train, options.get("accumulate", 1)), options)
     engine = Engine(
         task.model,
-        task.loss_fn,
+        loss_fn,
         optimizer,
-        scheduler=build_scheduler(cfg.get("scheduler"), task, train, options.get("accumulate", 1)),
+        scheduler=scheduler,
         device=str(cfg.device),
         callbacks=callbacks,
         strategy=strategy,

@@ -12,6 +12,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import Strategy, resolve_strategy
+from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "EarlyStopping",
     "Engine",
     "MetricTracker",
+    "SlowCopy",
     "StopRule",
     "Strategy",
     "Update",

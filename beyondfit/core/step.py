@@ -7,6 +7,7 @@ this step, in the order given:
     -> only at the end of the accumulation window: all-reduce (DDP) -> unscale
     -> rescale a short window -> clip (pre-clip norm logged) -> non-finite gradient check
     -> optimizer step -> scheduler step -> zero_grad(set_to_none=True)
+    -> the update's after_step hooks
 
 A *step* (``global_step``) is one accumulation window: ``accumulate`` micro-batches, in which
 every due optimizer steps once. Nothing here knows whether the task is supervised,
@@ -168,6 +169,8 @@ class TrainingStep:
             self.precision.step_scheduler(update.scheduler, update.steps == 0)
         update.optimizer.zero_grad(set_to_none=True)
         update.steps += 1
+        for hook in update.after_step:  # e.g. a target network following this optimizer
+            hook(update)
         self._stepped += 1
 
     def _end_window(self: Any) -> None:

@@ -58,6 +58,10 @@ class Update:
         clip_value: clamp each of its gradient elements to ``[-clip_value, clip_value]``.
         track_grad_norm: log ``grad_norm`` even without ``clip_norm``.
         monitor: the evaluation value a ``ReduceLROnPlateau`` scheduler follows.
+        after_step: callables ``hook(update)`` run right after each of this optimizer's
+            steps (after its scheduler and ``zero_grad``), in order: the one place for what
+            follows an optimizer, such as a target network's Polyak update. Not run when the
+            step was skipped for non-finite values.
     """
 
     def __init__(
@@ -73,6 +77,7 @@ class Update:
         clip_value: float | None = None,
         track_grad_norm: bool = False,
         monitor: str = "val_loss",
+        after_step: Iterable[Callable[[Update], None]] = (),
     ) -> None:
         if not isinstance(name, str):
             raise BeyondfitError(f"Update name {name!r} must be a string")
@@ -87,6 +92,13 @@ class Update:
         self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
         self.monitor = str(monitor)
+        self.after_step = tuple(after_step)
+        for hook in self.after_step:
+            if not callable(hook):
+                raise BeyondfitError(
+                    f"Update {name!r}: after_step holds {type(hook).__name__}, not a callable "
+                    "hook(update)"
+                )
         self._optimizer_arg = optimizer
         self._params_arg = params
         self._scheduler_arg = scheduler

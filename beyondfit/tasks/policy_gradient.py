@@ -102,6 +102,12 @@ def build(
             values of those coefficients.
     """
     started = time.perf_counter()
+    if isinstance(loss, Mapping):
+        raise BeyondfitError(
+            "task.loss is an off-policy loss (named closures, e.g. algo=sac or algo=td3), which "
+            "needs the off-policy task: use +task=pendulum, hopper or halfcheetah (any Box env "
+            "with task.env=ID), or set task._target_=beyondfit.tasks.offpolicy.build"
+        )
     if not callable(loss):
         raise BeyondfitError(
             f"task.loss is {type(loss).__name__}, not a loss closure: name a loss factory with "
