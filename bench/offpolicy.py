@@ -127,14 +127,59 @@ def run_sb3(algo: str, bench: Bench, seed: int, episodes: int, budget: int) -> d
             "cpu_seconds": cpu_seconds, "updates": float(updates)}
 
 
+# ------------------------------------------------------------------------------------- beyondfit
+def compose(task: str, overrides: list[str]):
+    """The config ``python -m beyondfit +task=TASK OVERRIDES...`` would run."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose("config", [f"+task={task}", *overrides])
+
+
+def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int,
+                  overrides: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """``python -m beyondfit +task=TASK algo=ALGO`` for ``budget`` env steps, built by the
+    command line's own builders, then the protocol's evaluation (not the task's)."""
+    from omegaconf import OmegaConf
+
+    from beyondfit.cli.builders import build_optimizer, build_task
+    from beyondfit.core.engine import Engine
+    from beyondfit.core.seeding import seed_everything
+    from beyondfit.tasks.contract import bind_updates
+
+    extra = [f"algo={algo}", f"seed={seed}", f"task.total_env_steps={budget}", *overrides]
+    cfg = compose(bench.task, extra)
+    if budget < cfg.task.replay.learning_starts * 2:  # tiny test budgets
+        cfg.task.replay.learning_starts = budget // 2
+    seed_everything(seed)
+    task = build_task(cfg.task, swapped=[])
+    options = OmegaConf.to_container(cfg.engine, resolve=True)
+    options.pop("strategy", None)
+    loss_fn, optimizer, _ = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer), None,
+                                         options)
+    engine = Engine(task.model, loss_fn, optimizer, device="cpu", **options)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    engine.fit(task.train_data, epochs=1, verbose=False)
+    seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    task.train_data.close()
+    task.val_data.close()
+    return {"return": greedy(bench.env, seed, episodes, task.model.eval()), "seconds": seconds,
+            "cpu_seconds": cpu_seconds, "updates": float(engine.global_step),
+            "overrides": extra}
+
+
 # ----------------------------------------------------------------------------------- the methods
 Runner = Callable[[Bench, int, int, int], dict]
 METHODS: dict[str, tuple[str, Runner]] = {
     "sb3-sac": ("SB3 SAC (RL-Zoo)", lambda b, s, e, n: run_sb3("sac", b, s, e, n)),
     "sb3-td3": ("SB3 TD3 (RL-Zoo)", lambda b, s, e, n: run_sb3("td3", b, s, e, n)),
+    "beyondfit-sac": ("beyondfit `algo=sac`", lambda b, s, e, n: run_beyondfit("sac", b, s, e, n)),
+    "beyondfit-td3": ("beyondfit `algo=td3`", lambda b, s, e, n: run_beyondfit("td3", b, s, e, n)),
 }
 #: The SB3 method each row is compared with (CPU-time ratio).
-BASELINE = {"sb3-sac": "sb3-sac", "sb3-td3": "sb3-td3"}
+BASELINE = {"sb3-sac": "sb3-sac", "sb3-td3": "sb3-td3", "beyondfit-sac": "sb3-sac",
+            "beyondfit-td3": "sb3-td3"}
 
 
 def result_path(results: Path, method: str, bench: Bench, budget: int, episodes: int,

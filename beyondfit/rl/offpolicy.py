@@ -182,7 +182,8 @@ class ReplayCollector:
         buffer, gen, batch = self.buffer, self._generator, self.batch_size
         while True:
             owed = self._owed(self.env_steps)
-            while self.yielded < owed:
+            # (An empty buffer, after a resume without its rows: collect before sampling.)
+            while self.yielded < owed and buffer.size:
                 self.yielded += 1  # before the yield: a checkpoint taken there counts it
                 yield buffer.sample(batch, gen)
             if self.env_steps >= self.total_env_steps:

@@ -40,6 +40,13 @@ def load_policy(path: str | Path) -> tuple[ActorCritic, dict]:
         raise BeyondfitError(f"{str(weights)!r} holds no policy description; it was not written "
                              "by an RL task (python -m beyondfit +task=cartpole writes one)")
     env = make_env(meta)
+    if meta.get("kind") == "offpolicy":  # SAC, TD3: the agent's options, as plain data
+        from beyondfit.rl.agents import OffPolicyAgent
+
+        agent = OffPolicyAgent(env.observation_space, env.action_space, **meta["agent"])
+        env.close()
+        agent.load_state_dict(state["model"])
+        return agent.eval(), meta
     normalizer = None
     if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
         obs_size = int(np.prod(env.observation_space.shape))
