@@ -133,6 +133,8 @@ def compose(task: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
+    import beyondfit.cli.run  # noqa: F401  (registers the config schema)
+
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
         return hydra_compose("config", [f"+task={task}", *overrides])
 
@@ -216,7 +218,7 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
     print(f"{method} {bench.env} seed {seed}: running", file=sys.stderr, flush=True)
     out = METHODS[method][1](bench, seed, episodes, budget)
     out.update(method=method, env=bench.env, seed=seed, budget=budget, episodes=episodes,
-               torch=torch.__version__)
+               torch=torch.__version__, commit=_commit())
     results.mkdir(parents=True, exist_ok=True)
     path = result_path(results, method, bench, budget, episodes, seed)
     tmp = path.with_suffix(".tmp")
@@ -226,6 +228,17 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
           f"{out['seconds']:.0f}s wall, {out['cpu_seconds']:.0f}s CPU", file=sys.stderr,
           flush=True)  # fmt: skip
     return out
+
+
+def _commit() -> str:
+    """The checkout's commit (what a kept result was measured with), or ``"unknown"``."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
 
 
 # ---------------------------------------------------------------------------------------- table
