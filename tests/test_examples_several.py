@@ -183,19 +183,3 @@ def test_sac_pendulum_greedy_return_above_minus_200(seed: int) -> None:
     found = re.search(r"greedy return (-?[\d.]+) over 10 episodes after 20000 env steps", out)
     assert found, out
     assert float(found[1]) >= -200.0
-
-
-def test_offpolicy_bench_compares_beyondfit_with_sb3(tmp_path: Path) -> None:
-    pytest.importorskip("stable_baselines3")
-    bench = load("offpolicy", "bench")
-    args = ["--seeds", "1", "--budget", "300", "--episodes", "2", "--tasks", "pendulum",
-            "--results", str(tmp_path)]
-    text = bench.main([*args, "--methods", "beyondfit-sac,sb3-sac,beyondfit-td3,sb3-td3"])
-    assert "| Pendulum-v1 (300) | SB3 SAC (RL-Zoo) | 1 |" in text
-    assert "| Pendulum-v1 (300) | beyondfit `algo=sac` | 1 |" in text
-    assert "| Pendulum-v1 (300) | beyondfit `algo=td3` | 1 |" in text and "1.00x" in text
-    kept = sorted(p.name for p in tmp_path.iterdir())
-    assert kept == [f"offpolicy-{m}-pendulum-300-eps2-seed0.json"
-                    for m in ("beyondfit-sac", "beyondfit-td3", "sb3-sac", "sb3-td3")]
-    assert bench.main([*args, "--table"]) == text  # kept runs are read back, not run again
-

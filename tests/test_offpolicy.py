@@ -257,3 +257,18 @@ def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) 
     assert buffer["size"] == buffer_ref["size"] == 230
     assert torch.equal(buffer["rows"], buffer_ref["rows"]), context
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
+
+
+def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> None:
+    from test_distributed import rows, torchrun
+
+    result = torchrun("+task=pendulum", "algo=sac", *TINY, *QUIET, "checkpoint.every=null",
+                      cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "pendulum").iterdir()
+    train = [r for r in rows(run_dir) if r["kind"] == "train"]
+    assert train[-1]["env_steps"] == 240  # both ranks' 120, summed
+    (checkpoint,) = (run_dir / "checkpoints").glob("step-*.pt")
+    state = safe_load(checkpoint)
+    assert state["data"]["buffer"]["size"] == 120  # rank 0's own transitions only
+    assert state["counters"]["global_step"] == 100  # (120 - 20 random steps) per rank, in lockstep

@@ -139,7 +139,7 @@ class ReplayCollector:
         self._ep_rng: list[dict[str, Any] | None] = [None] * n
         self._next_rng: list[dict[str, Any] | None] = [None] * n
         self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
-        self._unsharded: tuple[int, int] | None = None
+        self._unsharded: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------------------ counts
     def _owed(self, env_steps: int) -> int:
@@ -159,12 +159,14 @@ class ReplayCollector:
     def shard(self, rank: int, world_size: int) -> ReplayCollector:
         """One of ``world_size`` data-parallel ranks: own envs, own seed, own buffer, an equal
         share of the env-step budget (so every rank yields the same number of batches)."""
-        if self._unsharded is None:
-            self._unsharded = (self.seed, self.total_env_steps)
-        seed, total = self._unsharded
-        self.seed = seed + 1_000_003 * rank
+        if self._unsharded is None:  # idempotent: sharding twice must not split twice
+            self._unsharded = (self.seed, self.total_env_steps, self.learning_starts)
+        seed, total, starts = self._unsharded
+        self.seed = seed + 1_000_003 * rank  # far apart: copy i of a rank is seeded seed + i
         self.total_env_steps = -(-total // world_size)
-        self.learning_starts = -(-self.learning_starts // world_size) if rank >= 0 else 0
+        self.learning_starts = -(-starts // world_size)
+        self.buffer = ReplayBuffer(min(self.buffer.capacity, self.total_env_steps),
+                                   self.obs_dim, self.act_dim)
         return self
 
     # ------------------------------------------------------------------------------ iteration
