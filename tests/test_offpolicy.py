@@ -272,3 +272,20 @@ def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> 
     state = safe_load(checkpoint)
     assert state["data"]["buffer"]["size"] == 120  # rank 0's own transitions only
     assert state["counters"]["global_step"] == 100  # (120 - 20 random steps) per rank, in lockstep
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"normalize": True}, r"task\.normalize=True: running normalization"),
+    ({"replay": {"nosuch": 1}}, r"unknown task\.replay option\(s\) \['nosuch'\]"),
+    ({"loss": lambda m, b: 0}, "not a mapping of named loss closures"),
+    ({"loss": {"critic": lambda m, b: 0, "value": lambda m, b: 0}}, r"named \['value'\]"),
+    ({"agent": {"actor": "beta"}}, r"unknown task\.agent\.actor='beta'"),
+    ({"agent": {"hiden": [4]}}, r"task\.agent options are invalid"),
+    ({"env": "CartPole-v1"}, "not a Box"),
+])
+def test_off_policy_task_mistakes_are_one_line_errors(override: dict, message: str) -> None:
+    from beyondfit.rl.offpolicy_losses import sac_loss
+    from beyondfit.tasks.offpolicy import build
+
+    with pytest.raises(BeyondfitError, match=message):
+        build(**{"loss": sac_loss(), "total_env_steps": 10, **override})
