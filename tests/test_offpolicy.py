@@ -289,3 +289,16 @@ def test_off_policy_task_mistakes_are_one_line_errors(override: dict, message: s
 
     with pytest.raises(BeyondfitError, match=message):
         build(**{"loss": sac_loss(), "total_env_steps": 10, **override})
+
+
+def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    launched = cli("-m", "+task=pendulum", "algo=sac", "seed=0,1", *TINY, *QUIET,
+                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    compared = cli(str(sweep), module="beyondfit.compare", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    table = (sweep / "compare.md").read_text()
+    assert "| setting | runs | val_return | episode_return |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| `pendulum`"))
+    assert row.split(" | ")[1] == "2"  # both seeds in one setting
