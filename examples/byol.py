@@ -12,7 +12,7 @@ The same mechanism gives SAC and TD3 their target critics (``algo=sac``).
 The views and the probe are those of ``examples/contrastive.py``: after pre-training, a linear
 classifier on the frozen encoder's features measures how much digit identity they carry.
 
-Run: ``python examples/byol.py [--epochs 30] [--dim 16] [--decay 0.99]`` (probe: 86% after 30 epochs)
+Run: ``python examples/byol.py [--epochs 30] [--dim 16] [--decay 0.99]`` (probe: 86%)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from beyondfit.data import split
 from beyondfit.data.bundled import digits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contrastive import linear_probe, two_views  # noqa: E402  (the sibling example)
+from contrastive import linear_probe, two_views  # the sibling example
 
 
 class BYOL(nn.Module):
