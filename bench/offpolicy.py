@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -139,10 +140,9 @@ def compose(task: str, overrides: list[str]):
         return hydra_compose("config", [f"+task={task}", *overrides])
 
 
-def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int,
-                  overrides: tuple[str, ...] = ()) -> dict:  # fmt: skip
-    """``python -m beyondfit +task=TASK algo=ALGO`` for ``budget`` env steps, built by the
-    command line's own builders, then the protocol's evaluation (not the task's)."""
+def build(task_name: str, overrides: list[str]) -> tuple[Any, Any]:
+    """``(task, engine)`` as ``python -m beyondfit +task=TASK OVERRIDES...`` builds them (on the
+    CPU, without the command line's loggers and checkpoints)."""
     from omegaconf import OmegaConf
 
     from beyondfit.cli.builders import build_optimizer, build_task
@@ -150,17 +150,25 @@ def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int
     from beyondfit.core.seeding import seed_everything
     from beyondfit.tasks.contract import bind_updates
 
-    extra = [f"algo={algo}", f"seed={seed}", f"task.total_env_steps={budget}", *overrides]
-    cfg = compose(bench.task, extra)
+    cfg = compose(task_name, overrides)
+    budget = cfg.task.total_env_steps
     if budget < cfg.task.replay.learning_starts * 2:  # tiny test budgets
         cfg.task.replay.learning_starts = budget // 2
-    seed_everything(seed)
+    seed_everything(int(cfg.seed))
     task = build_task(cfg.task, swapped=[])
     options = OmegaConf.to_container(cfg.engine, resolve=True)
     options.pop("strategy", None)
     loss_fn, optimizer, _ = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer), None,
                                          options)
-    engine = Engine(task.model, loss_fn, optimizer, device="cpu", **options)
+    return task, Engine(task.model, loss_fn, optimizer, device="cpu", **options)
+
+
+def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int,
+                  overrides: tuple[str, ...] = ()) -> dict:  # fmt: skip
+    """``python -m beyondfit +task=TASK algo=ALGO`` for ``budget`` env steps, built by the
+    command line's own builders, then the protocol's evaluation (not the task's)."""
+    extra = [f"algo={algo}", f"seed={seed}", f"task.total_env_steps={budget}", *overrides]
+    task, engine = build(bench.task, extra)
     start, cpu_start = time.perf_counter(), time.process_time()
     engine.fit(task.train_data, epochs=1, verbose=False)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start

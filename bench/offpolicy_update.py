@@ -29,27 +29,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from cleanrl_sac import CleanRLSAC  # noqa: E402
-from offpolicy import BENCHES, compose, zoo_hyperparams  # noqa: E402
+from offpolicy import BENCHES, build, zoo_hyperparams  # noqa: E402
 
 TASKS = {b.env: b.task for b in BENCHES.values()}
 
 
 def beyondfit(algo: str, env: str) -> Callable[[int], None]:
     """``updates -> None``: that many engine steps of ``algo=ALGO`` on ``env``'s task."""
-    from omegaconf import OmegaConf
-
-    from beyondfit.cli.builders import build_optimizer, build_task
-    from beyondfit.core.engine import Engine
-    from beyondfit.tasks.contract import bind_updates
-
-    cfg = compose(TASKS[env], [f"algo={algo}", "task.total_env_steps=3000",
-                               "task.replay.learning_starts=1000"])
-    task = build_task(cfg.task, swapped=[])
-    options = OmegaConf.to_container(cfg.engine, resolve=True)
-    options.pop("strategy", None)
-    loss_fn, optimizer, _ = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer), None,
-                                         options)
-    engine = Engine(task.model, loss_fn, optimizer, device="cpu", **options)
+    task, engine = build(TASKS[env], [f"algo={algo}", "task.total_env_steps=3000",
+                                      "task.replay.learning_starts=1000"])
     data = task.train_data
     first = next(iter(data))  # fills the buffer with the random steps
     engine.train_step(first)

@@ -26,11 +26,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from beyondfit import Engine, SlowCopy, TensorBatches, Update
-from beyondfit.data import split
-from beyondfit.data.bundled import digits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from contrastive import linear_probe, two_views  # the sibling example
+from contrastive import linear_probe, seeded_digits, two_views  # the sibling example
 
 
 class BYOL(nn.Module):
@@ -68,10 +66,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small models: one thread is fastest, and steady on busy cores
 
-    torch.manual_seed(args.seed)
-    pixels, labels = digits()
-    x, y = torch.from_numpy(pixels), torch.from_numpy(labels)
-    train_idx, val_idx = split(len(x), 0.2, args.seed)
+    x, y, train_idx, val_idx = seeded_digits(args.seed)
     model = BYOL(args.dim, args.decay)
     online = [p for n, p in model.named_parameters() if not n.startswith("target.")]
     engine = Engine(model, [Update("", lambda m, b: byol_loss(m, b, args.noise),

@@ -14,21 +14,19 @@ agent (``task.agent``: actor kind, sizes, target networks).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.tasks import Task
 from beyondfit.tasks.contract import UpdateSpec
-from beyondfit.tasks.policy_gradient import describe_wrappers
+from beyondfit.tasks.policy_gradient import describe_wrappers, save_and_report
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -143,22 +141,10 @@ def build(
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the agent, close the envs, report the final greedy return."""
-        atomic_save({"model": model.state_dict(), "policy": description},
-                    Path(run_dir) / "policy.pt")
-        (Path(run_dir) / "policy.json").write_text(json.dumps(description, indent=2) + "\n")
         data.close()
         evaluator.close()
-        score = engine.last_val.get("val_return")
-        shown = "n/a" if score is None else f"{score:.1f}"
-        verdict = ("trained" if target_return is None else
-                   "solved" if score is not None and score >= target_return else "not solved")
-        wanted = "" if target_return is None else f" (target {target_return:g})"
-        return [
-            f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
-            f"after {data.env_steps} env steps, {time.perf_counter() - started:.1f}s wall",
-            f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
-            f"python -m beyondfit.play {run_dir}",
-        ]
+        return save_and_report(run_dir, model.state_dict(), description, engine, env,
+                               target_return, eval_episodes, data.env_steps, started)
 
     per_eval = max(1, round(eval_every_env_steps * settings["updates_per_step"]))
     return Task(model=model, loss_fn=updates, train_data=data, val_data=evaluator,

@@ -173,28 +173,10 @@ def build(
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
-        # A checkpoint-shaped file (weights under "model"), self-describing for
-        # python -m beyondfit.play.
-        atomic_save({"model": policy.state_dict(), "policy": architecture},
-                    Path(run_dir) / "policy.pt")
-        (Path(run_dir) / "policy.json").write_text(json.dumps(architecture, indent=2) + "\n")
         data.close()
         evaluator.close()
-        score = engine.last_val.get("val_return")
-        if target_return is None:
-            verdict = "trained (no target return)"
-        elif score is not None and score >= target_return:
-            verdict = "solved"
-        else:
-            verdict = "not solved"
-        shown = "n/a" if score is None else f"{score:.1f}"
-        wanted = "" if target_return is None else f" (target {target_return:g})"
-        return [
-            f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
-            f"after {data.env_steps} env steps, {time.perf_counter() - started:.1f}s wall",
-            f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
-            f"python -m beyondfit.play {run_dir}",
-        ]
+        return save_and_report(run_dir, policy.state_dict(), architecture, engine, env,
+                               target_return, eval_episodes, data.env_steps, started)
 
     return Task(
         model=policy,
@@ -205,6 +187,31 @@ def build(
         finish=finish,
         callbacks=callbacks,
     )
+
+
+def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
+                    engine: Engine, env: str, target_return: float | None, eval_episodes: int,
+                    env_steps: int, started: float) -> list[str]:  # fmt: skip
+    """Write ``policy.pt`` and ``policy.json``; the RL tasks' closing lines (solved or not)."""
+    # A checkpoint-shaped file (weights under "model"), self-describing for
+    # python -m beyondfit.play.
+    atomic_save({"model": weights, "policy": description}, Path(run_dir) / "policy.pt")
+    (Path(run_dir) / "policy.json").write_text(json.dumps(description, indent=2) + "\n")
+    score = engine.last_val.get("val_return")
+    if target_return is None:
+        verdict = "trained (no target return)"
+    elif score is not None and score >= target_return:
+        verdict = "solved"
+    else:
+        verdict = "not solved"
+    shown = "n/a" if score is None else f"{score:.1f}"
+    wanted = "" if target_return is None else f" (target {target_return:g})"
+    return [
+        f"{env} {verdict}: greedy val_return {shown}{wanted} over {eval_episodes} episodes "
+        f"after {env_steps} env steps, {time.perf_counter() - started:.1f}s wall",
+        f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
+        f"python -m beyondfit.play {run_dir}",
+    ]
 
 
 def describe_wrappers(wrappers: Sequence[WrapperFn]) -> list[dict[str, Any]] | None:
