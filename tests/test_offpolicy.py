@@ -302,3 +302,24 @@ def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
     assert "| setting | runs | val_return | episode_return |" in table
     row = next(line for line in table.splitlines() if line.startswith("| `pendulum`"))
     assert row.split(" | ")[1] == "2"  # both seeds in one setting
+
+
+def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
+    from beyondfit.rl.offpolicy_losses import td3_loss
+    from beyondfit.tasks.contract import bind_updates
+    from beyondfit.tasks.offpolicy import build
+
+    agent = {"actor": "deterministic", "hidden": [8], "init_alpha": None,
+             "critic_target": {"rate": 0.005, "every": 2}, "actor_target": {"rate": 0.005}}
+    task = build(td3_loss(policy_delay=2), total_env_steps=30, agent=agent,
+                 replay={"learning_starts": 20, "batch_size": 4}, eval_episodes=1)
+    loss_fn, _, _ = bind_updates(task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), None, {})
+    engine = Engine(task.model, loss_fn, device="cpu")
+    engine.fit(task.train_data)
+    task.train_data.close()
+    task.val_data.close()
+    assert [u.name for u in engine.updates] == ["critic", "actor"]
+    assert [u.steps for u in engine.updates] == [10, 5]  # the actor every second minibatch
+    model = task.model
+    assert model.critic_target.calls == 10 and model.actor_target.calls == 5
+    assert model.log_alpha is None
