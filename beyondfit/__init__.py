@@ -74,6 +74,7 @@ __all__ = [
     "EarlyStopping",
     "Engine",
     "MetricsFile",
+    "SlowCopy",
     "StopRule",
     "Task",
     "TensorBatches",

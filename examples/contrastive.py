@@ -48,6 +48,15 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Ten
     return F.cross_entropy(similarity, twin)
 
 
+def seeded_digits(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seed torch; the digits (flat pixels, labels) and a seeded 80/20 split of their rows."""
+    torch.manual_seed(seed)
+    pixels, labels = digits()
+    x, y = torch.from_numpy(pixels), torch.from_numpy(labels)
+    train_idx, val_idx = split(len(x), 0.2, seed)
+    return x, y, train_idx, val_idx
+
+
 class SimCLR(nn.Module):
     """An MLP encoder (the features kept) and a small projection head (used only by the loss)."""
 
@@ -100,10 +109,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)  # small models: one thread is fastest, and steady on busy cores
 
-    torch.manual_seed(args.seed)
-    pixels, labels = digits()
-    x, y = torch.from_numpy(pixels), torch.from_numpy(labels)
-    train_idx, val_idx = split(len(x), 0.2, args.seed)
+    x, y, train_idx, val_idx = seeded_digits(args.seed)
 
     def loss_fn(model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         view1, view2 = two_views(batch, args.noise)  # no labels anywhere

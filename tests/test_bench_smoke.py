@@ -198,11 +198,3 @@ def test_reinforce_raw_reference_loop_trains_and_evaluates():
     result = raw.train(0, max_env_steps=1024, eval_every=512)
     assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
 
-
-def test_sac_pendulum_bench_runs_both_methods_and_tabulates(tmp_path):
-    pytest.importorskip("stable_baselines3")
-    sac = _load("sac_pendulum")
-    text = sac.main(["--seeds", "1", "--env-steps", "300", "--episodes", "1",
-                     "--results", str(tmp_path)])
-    assert len(list(tmp_path.glob("sac-*-300-eps1-seed0.json"))) == len(sac.METHODS)
-    assert "| " in text and "300" in text

@@ -32,7 +32,7 @@ def load(name: str) -> ModuleType:
 
 def test_every_example_has_a_test() -> None:
     tested = {"port_a_hand_written_loop", "vae", "contrastive", "classifier_with_metric_objects",
-              "custom_pg_loss"}
+              "custom_pg_loss", "byol"}
     tested |= {"gan", "wgan_gp", "sac_pendulum"}  # in test_examples_several.py
     assert {p.stem for p in EXAMPLES.glob("*.py")} == tested
 
@@ -72,6 +72,21 @@ def test_contrastive_pretrains_then_probes(capsys: pytest.CaptureFixture[str]) -
     assert result["pca"] > 0.5  # PCA-8 features are informative even after 2 probe epochs
     out = capsys.readouterr().out
     assert "contrastive encoder (8-d)" in out and "PCA-8" in out
+
+
+def test_byol_momentum_encoder_follows_the_online_one(capsys: pytest.CaptureFixture[str]) -> None:
+    result = load("byol").main(["--epochs", "2", "--probe-epochs", "2", "--dim", "8"])
+    # The target moved once after each optimizer step, and lags behind the online weights.
+    assert result["target_updates"] == result["steps"] > 0
+    assert result["target_lag"] > 0
+    assert 0.0 <= result["accuracy"] <= 1.0
+    assert "BYOL encoder (8-d)" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_byol_probe_reaches_80_percent() -> None:
+    result = load("byol").main([])
+    assert result["accuracy"] >= 0.80  # measured 0.861
 
 
 @pytest.mark.slow

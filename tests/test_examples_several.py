@@ -157,59 +157,26 @@ def test_sac_three_optimizers_train_on_a_replay_buffer(sac) -> None:
     assert -2000 < result["val_return"] < 0 and result["val_length"] == 200
 
 
-def test_sac_replay_buffer_is_an_iterable_of_batches(sac) -> None:
-    import gymnasium as gym
-
-    env = gym.make(sac.ENV_ID)
-    model = sac.SAC(env.observation_space, env.action_space)
-    buffer = sac.ReplayBuffer(model, env, env_steps=450, learning_starts=50, batch_size=32)
-    batches = list(buffer)
-    assert len(batches) == len(buffer) == 400 and buffer.env_steps == 450
-    batch = batches[-1]
-    assert batch.obs.shape == (32, 3) and batch.action.shape == (32, 1)
-    assert batch.reward.shape == batch.terminated.shape == (32,)
-    # Pendulum ends by its time limit only: a truncation, so never stored as terminal.
-    assert buffer.terminated[: buffer.size].sum() == 0
-    # Transitions chain: each stored next observation is the next row's observation, except
-    # across the reset after 200 steps (the true last observation is kept, not the reset).
-    chained = torch.isclose(buffer.next_obs[:449], buffer.obs[1:450]).all(dim=1)
-    assert (~chained).nonzero().flatten().tolist() == [199, 399]
-    assert set(buffer.metrics()) == {"env_steps", "episode_return"}
-    env.close()
-
-
-def test_sac_logs_each_update_and_moves_targets_by_polyak_averaging(sac, recorder) -> None:
-    import gymnasium as gym
-
-    from beyondfit import Engine, Update
-
-    env = gym.make(sac.ENV_ID)
-    model = sac.SAC(env.observation_space, env.action_space)
-    buffer = sac.ReplayBuffer(model, env, env_steps=12, learning_starts=10, batch_size=8)
-    target_before = [p.clone() for p in model.q1_target.parameters()]
-    polyak = sac.PolyakTargets([(model.q1_target, model.q1), (model.q2_target, model.q2)],
-                               tau=0.25)  # fmt: skip
-    engine = Engine(model, [
-        Update("critic", sac.critic_loss,
-               torch.optim.Adam([*model.q1.parameters(), *model.q2.parameters()], 1e-3)),
-        Update("actor", sac.actor_loss, torch.optim.Adam(model.actor.parameters(), 1e-3)),
-        Update("alpha", sac.alpha_loss, torch.optim.Adam([model.log_alpha], 1e-3)),
-    ], device="cpu", log_every=1, callbacks=[polyak, recorder])  # fmt: skip
-    engine.fit(buffer, epochs=1, verbose=False)
+def test_sac_logs_each_update_and_moves_the_target_critics(sac, recorder) -> None:
+    engine, data = sac.build(env_steps=12, learning_starts=10, log_every=1)
+    engine.add_callback(recorder)
+    agent = engine.model
+    target_before = [p.clone() for p in agent.critic_target.parameters()]
+    engine.fit(data, epochs=1, verbose=False)
+    data.close()
     assert engine.global_step == 2 and [u.steps for u in engine.updates] == [2, 2, 2]
     logged = set(recorder.logs[-1])
     assert {"critic/loss", "critic/q", "actor/loss", "actor/entropy", "alpha/loss",
             "alpha/value", "critic/lr", "actor/lr", "alpha/lr", "env_steps"} <= logged
-    for before, after in zip(target_before, model.q1_target.parameters(), strict=True):
+    for before, after in zip(target_before, agent.critic_target.parameters(), strict=True):
         assert not torch.equal(before, after) and not after.requires_grad  # moved, frozen
-    # One averaging: target <- target + tau * (online - target), for both critics.
-    targets = [p.clone() for p in polyak.targets]
-    online = [p.clone() for p in polyak.online]
-    polyak.on_step_end(engine)
-    assert len(targets) == 12  # 3 layers x (weight, bias) x 2 critics
-    for before, now, twin in zip(targets, polyak.targets, online, strict=True):
-        torch.testing.assert_close(now, before + 0.25 * (twin - before))
-    env.close()
+    assert agent.critic_target.calls == 2  # once after each critic step
+    # One averaging: target <- target + tau * (online - target), both critics at once.
+    targets = [p.clone() for p in agent.critic_target.parameters()]
+    agent.critic_target.update()
+    for before, now, online in zip(targets, agent.critic_target.parameters(),
+                                   agent.critic.parameters(), strict=True):  # fmt: skip
+        torch.testing.assert_close(now, before + sac.TAU * (online - before))
 
 
 @pytest.mark.slow
@@ -219,16 +186,3 @@ def test_sac_pendulum_greedy_return_above_minus_200(seed: int) -> None:
     found = re.search(r"greedy return (-?[\d.]+) over 10 episodes after 20000 env steps", out)
     assert found, out
     assert float(found[1]) >= -200.0
-
-
-def test_sac_bench_compares_both_methods(tmp_path: Path) -> None:
-    pytest.importorskip("stable_baselines3")
-    bench = load("sac_pendulum", "bench")
-    args = ["--seeds", "1", "--env-steps", "300", "--episodes", "2", "--results", str(tmp_path)]
-    text = bench.main(args)
-    assert "| beyondfit (`examples/sac_pendulum.py`) | 150 |" in text
-    assert "| SB3 SAC (RL-Zoo) | 200 |" in text and "1.00x" in text
-    kept = sorted(p.name for p in tmp_path.iterdir())
-    assert kept == ["sac-beyondfit-300-eps2-seed0.json", "sac-sb3-300-eps2-seed0.json"]
-    assert bench.main(args) == text  # kept runs are read back, not run again
-

@@ -49,6 +49,7 @@ from beyondfit.core.options import check_number
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
+from beyondfit.tasks.contract import bind_updates
 
 #: The most intra-op threads a run may ask for (far more than any machine's cores).
 MAX_THREADS = 1024
@@ -137,11 +138,14 @@ def _train(
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
+    # A task with several optimizers (SAC) gets each built from the optimizer group.
+    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, optimizer, build_scheduler(
+        cfg.get("scheduler"), task, train, options.get("accumulate", 1)), options)
     engine = Engine(
         task.model,
-        task.loss_fn,
+        loss_fn,
         optimizer,
-        scheduler=build_scheduler(cfg.get("scheduler"), task, train, options.get("accumulate", 1)),
+        scheduler=scheduler,
         device=str(cfg.device),
         callbacks=callbacks,
         strategy=strategy,

@@ -16,15 +16,23 @@ rewards as a submodule of the policy (``ActorCritic(..., normalizer=Normalizer(o
 linear schedules over env steps (``EnvStepSchedules(data, lr_end=0.0)`` as an engine callback),
 and ``ppo_loss(target_kl=0.02, value_clip=0.2)`` (give the collector ``stop_epochs=
 loss.stop_epochs``).
+
+Off-policy: a :class:`ReplayCollector` (stores transitions in a :class:`ReplayBuffer`, yields
+sampled :class:`ReplayBatch` minibatches), an :class:`OffPolicyAgent` (actor, critic ensemble,
+target copies) and one closure per optimizer from :func:`sac_loss` or :func:`td3_loss`.
 """
 
+from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.collector import RolloutBatch, RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
 from beyondfit.rl.normalization import Normalizer
+from beyondfit.rl.offpolicy import ReplayCollector
+from beyondfit.rl.offpolicy_losses import sac_loss, td3_loss
 from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.returns import discounted_returns, gae_advantages
 from beyondfit.rl.schedules import EnvStepSchedules
 
@@ -33,6 +41,10 @@ __all__ = [
     "EnvStepSchedules",
     "GreedyEvaluator",
     "Normalizer",
+    "OffPolicyAgent",
+    "ReplayBatch",
+    "ReplayBuffer",
+    "ReplayCollector",
     "RolloutBatch",
     "RolloutCollector",
     "TargetKL",
@@ -42,4 +54,6 @@ __all__ = [
     "make_vector_env",
     "ppo_loss",
     "reinforce_loss",
+    "sac_loss",
+    "td3_loss",
 ]

@@ -22,6 +22,7 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import torch
+from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import mismatched_keys, nonfinite_entries, safe_load
@@ -33,7 +34,7 @@ from beyondfit.rl.policy_file import check_policy, wrapper_factory
 
 def load_policy(
     path: str | Path, allow_import: Iterable[str] = ()
-) -> tuple[ActorCritic, dict]:
+) -> tuple[nn.Module, dict]:
     """Rebuild the policy saved in a run directory (or from its ``policy.pt``).
 
     The file is data: its description is checked (:mod:`beyondfit.rl.policy_file`) and the
@@ -70,8 +71,17 @@ def load_policy(
     return policy.eval(), meta
 
 
-def build_policy(meta: dict, env: gym.Env) -> ActorCritic:
-    """The network a checked policy entry describes, for ``env``'s spaces (weights untrained)."""
+def build_policy(meta: dict, env: gym.Env) -> nn.Module:
+    """The network a checked policy entry describes, for ``env``'s spaces (weights untrained):
+    an :class:`ActorCritic`, or an off-policy agent (SAC, TD3) for ``kind: offpolicy``."""
+    if meta.get("kind") == "offpolicy":
+        from beyondfit.rl.agents import OffPolicyAgent
+
+        try:
+            return OffPolicyAgent(env.observation_space, env.action_space, **meta["agent"])
+        except (TypeError, ValueError) as exc:
+            raise BeyondfitError(f"the policy entry's agent options do not build an agent: "
+                                 f"{exc}") from None
     normalizer = None
     if meta.get("normalizer"):  # running statistics: rebuilt empty, then loaded with the weights
         obs_size = int(np.prod(env.observation_space.shape))

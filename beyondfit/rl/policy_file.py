@@ -38,6 +38,12 @@ NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]
 #: Gymnasium wrappers play will not rebuild from a file: RecordVideo writes files where its
 #: options say (play records videos only where ``--video`` says).
 REFUSED_WRAPPERS = frozenset({"RecordVideo"})
+#: The entries of an off-policy agent's description (SAC, TD3: ``kind: offpolicy``) and the
+#: options of :class:`~beyondfit.rl.agents.OffPolicyAgent` it may give.
+AGENT_KEYS = ("kind", "env", "wrappers", "agent")
+AGENT_OPTIONS = ("actor", "hidden", "critic_hidden", "critics", "critic_target", "actor_target",
+                 "init_alpha", "exploration_noise", "activation")
+_TARGET_OPTIONS = ("rate", "every")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
 _MAX_LAYERS, _MAX_WIDTH = 64, 1 << 20
 
@@ -94,6 +100,8 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
         return BeyondfitError(f"{source} was refused: its policy entry {key}={shown} is not "
                               f"{want}; the file was not written by beyondfit's RL task")
 
+    if meta.get("kind") == "offpolicy":
+        return _check_agent(meta, source, allowed, bad)
     unknown = sorted(str(k)[:40] for k in meta if k not in KEYS)
     if unknown:
         raise BeyondfitError(f"{source} was refused: unknown policy entries {unknown}; known: "
@@ -104,15 +112,7 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
     for key in KEYS:
         if key != "wrappers" and key != "normalizer":
             check_literal(meta.get(key), key, source)
-    env = meta["env"]
-    if not isinstance(env, str) or not _ENV_ID.fullmatch(env):
-        raise bad("env", "a Gymnasium env id such as CartPole-v1")
-    module, _, _ = env.rpartition(":")
-    if module and not consented(module, allowed):
-        raise BeyondfitError(
-            f"{source} names env {env!r}, which imports module {module!r} to register it; play "
-            f"imports nothing a policy file names: add --allow-import {module} if you trust it"
-        )
+    _check_env(meta, source, allowed, bad)
     hidden = meta["hidden"]
     if (not isinstance(hidden, list | tuple) or len(hidden) > _MAX_LAYERS
             or not all(type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden)):
@@ -135,12 +135,61 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
                     or not ok(value):
                 raise BeyondfitError(f"{source} was refused: its policy entry normalizer.{key}="
                                      f"{value!r} is not {want}")
+    _check_wrappers(meta, source, allowed, bad)
+    return dict(meta)
+
+
+def _check_env(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
+               bad: Callable[[str, str], BeyondfitError]) -> None:  # fmt: skip
+    env = meta.get("env")
+    if not isinstance(env, str) or not _ENV_ID.fullmatch(env):
+        raise bad("env", "a Gymnasium env id such as CartPole-v1")
+    module, _, _ = env.rpartition(":")
+    if module and not consented(module, allowed):
+        raise BeyondfitError(
+            f"{source} names env {env!r}, which imports module {module!r} to register it; play "
+            f"imports nothing a policy file names: add --allow-import {module} if you trust it"
+        )
+
+
+def _check_wrappers(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
+                    bad: Callable[[str, str], BeyondfitError]) -> None:  # fmt: skip
     wrappers = meta.get("wrappers", [])
     if wrappers is not None:  # None: saved as "not rebuildable", which play reports itself
         if not isinstance(wrappers, list):
             raise bad("wrappers", "a list of wrapper entries")
         for i, entry in enumerate(wrappers):
             wrapper_factory(entry, f"wrappers[{i}]", source, allowed, check_only=True)
+
+
+def _check_agent(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
+                 bad: Callable[[str, str], BeyondfitError]) -> dict[str, Any]:  # fmt: skip
+    """An off-policy agent's description: its env, wrappers and the agent's options, each
+    plain data of a known name (the network is then built from them and checked against the
+    weights, as for a policy)."""
+    unknown = sorted(str(k)[:40] for k in meta if k not in AGENT_KEYS)
+    if unknown:
+        raise BeyondfitError(f"{source} was refused: unknown policy entries {unknown}; known: "
+                             f"{', '.join(AGENT_KEYS)}")
+    _check_env(meta, source, allowed, bad)
+    agent = meta.get("agent")
+    if not isinstance(agent, Mapping) or set(agent) - set(AGENT_OPTIONS):
+        raise bad("agent", f"a mapping of {', '.join(AGENT_OPTIONS)}")
+    for key, value in agent.items():
+        if key in ("critic_target", "actor_target") and isinstance(value, Mapping):
+            if set(value) - set(_TARGET_OPTIONS):
+                raise bad("agent", f"{key} of {', '.join(_TARGET_OPTIONS)}")
+            for name, number in value.items():
+                check_literal(number, f"agent.{key}.{name}", source)
+        else:
+            check_literal(value, f"agent.{key}", source)
+    hidden = [*agent.get("hidden", ()), *(agent.get("critic_hidden") or ())]
+    if len(hidden) > 2 * _MAX_LAYERS or not all(
+            type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden):
+        raise bad("agent", f"hidden sizes of at most {_MAX_LAYERS} positive layers")
+    if agent.get("activation", "relu") not in ACTIVATIONS:
+        raise bad("agent", f"an activation among {', '.join(ACTIVATIONS)}")
+    _check_wrappers(meta, source, allowed, bad)
     return dict(meta)
 
 

@@ -109,6 +109,12 @@ def build(
             values of those coefficients.
     """
     started = time.perf_counter()
+    if isinstance(loss, Mapping):
+        raise BeyondfitError(
+            "task.loss is an off-policy loss (named closures, e.g. algo=sac or algo=td3), which "
+            "needs the off-policy task: use +task=pendulum, hopper or halfcheetah (any Box env "
+            "with task.env=ID), or set task._target_=beyondfit.tasks.offpolicy.build"
+        )
     if not callable(loss):
         raise BeyondfitError(
             f"task.loss is {type(loss).__name__}, not a loss closure: name a loss factory with "
@@ -188,38 +194,13 @@ def build(
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
-        # A checkpoint-shaped file (weights under "model"), self-describing for
-        # python -m beyondfit.play.
-        atomic_save({"model": policy.state_dict(), "policy": architecture},
-                    Path(run_dir) / "policy.pt")
-        (Path(run_dir) / "policy.json").write_text(json.dumps(architecture, indent=2) + "\n")
         data.close()
         evaluator.close()
         if confirm is not None:
             confirm.close()
-        score = engine.last_val.get("val_return")
-        if target_return is None:
-            verdict = "trained (no target return)"
-        elif score is not None and score >= target_return:
-            verdict = "solved"
-        else:
-            verdict = "not solved"
-        shown = "n/a" if score is None else f"{score:.1f}"
-        wanted = "" if target_return is None else f" (target {target_return:g})"
-        if confirm is not None and confirm.training:
-            during = confirm.training.get("val_return", float("nan"))
-            how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
-                   f"{confirm_episodes} fresh episodes (training-time evaluation {during:.1f} "
-                   f"over {eval_episodes})")
-        else:
-            how = f"greedy val_return {shown}{wanted} over {eval_episodes} episodes (unconfirmed)"
-        return [
-            f"{env} {verdict}: {how} after {data.env_steps} env steps, "
-            f"{stopwatch.seconds:.1f}s of training "
-            f"({time.perf_counter() - started:.1f}s with building the task and evaluations)",
-            f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
-            f"python -m beyondfit.play {run_dir}",
-        ]
+        return save_and_report(run_dir, policy.state_dict(), architecture, engine, env,
+                               target_return, eval_episodes, data.env_steps, started,
+                               stopwatch=stopwatch, confirm=confirm)
 
     return Task(
         model=policy,
@@ -230,6 +211,46 @@ def build(
         finish=finish,
         callbacks=callbacks,
     )
+
+
+def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
+                    engine: Engine, env: str, target_return: float | None, eval_episodes: int,
+                    env_steps: int, started: float, *, stopwatch: Stopwatch | None = None,
+                    confirm: ConfirmingEvaluation | None = None) -> list[str]:  # fmt: skip
+    """Write ``policy.pt`` and ``policy.json``; the RL tasks' closing lines (solved or not).
+
+    With a confirming evaluation the reported return is its mean over fresh episodes, the
+    training-time one beside it; ``stopwatch`` gives the training time apart.
+    """
+    # A checkpoint-shaped file (weights under "model"), self-describing for
+    # python -m beyondfit.play.
+    atomic_save({"model": weights, "policy": description}, Path(run_dir) / "policy.pt")
+    (Path(run_dir) / "policy.json").write_text(json.dumps(description, indent=2) + "\n")
+    score = engine.last_val.get("val_return")
+    if target_return is None:
+        verdict = "trained (no target return)"
+    elif score is not None and score >= target_return:
+        verdict = "solved"
+    else:
+        verdict = "not solved"
+    shown = "n/a" if score is None else f"{score:.1f}"
+    wanted = "" if target_return is None else f" (target {target_return:g})"
+    if confirm is not None and confirm.training:
+        during = confirm.training.get("val_return", float("nan"))
+        how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
+               f"{confirm.episodes} fresh episodes (training-time evaluation {during:.1f} "
+               f"over {eval_episodes})")
+    else:
+        how = f"greedy val_return {shown}{wanted} over {eval_episodes} episodes (unconfirmed)"
+    total = time.perf_counter() - started
+    timing = (f"{total:.1f}s wall" if stopwatch is None else
+              f"{stopwatch.seconds:.1f}s of training ({total:.1f}s with building the task and "
+              "evaluations)")
+    return [
+        f"{env} {verdict}: {how} after {env_steps} env steps, {timing}",
+        f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
+        f"python -m beyondfit.play {run_dir}",
+    ]
 
 
 def describe_wrappers(wrappers: Sequence[WrapperFn]) -> list[dict[str, Any]] | None:

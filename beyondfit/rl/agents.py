@@ -1,0 +1,213 @@
+"""Off-policy actor-critic networks: a critic ensemble in one batched matmul per layer, a
+tanh-squashed Gaussian actor (SAC) or a deterministic one (TD3), and their target copies.
+
+Actions inside the agent (and in :class:`~beyondfit.rl.replay.ReplayBatch`) are scaled to
+``[-1, 1]``; :meth:`OffPolicyAgent.act` maps them to the env's bounds for evaluation and play.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.target import SlowCopy
+from beyondfit.nets import mlp
+from beyondfit.rl.offpolicy import box_bounds
+from beyondfit.rl.policies import check_spaces
+
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's range, reached smoothly through a tanh
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+ACTORS = ("gaussian", "deterministic")
+
+
+class VectorizedLinear(nn.Module):
+    """``members`` independent linear layers applied in one batched matmul (``baddbmm``).
+
+    Input ``(members, B, in)`` (or ``(B, in)``, shared by every member: broadcast without a
+    copy), output ``(members, B, out)``. Initialised member by member as ``nn.Linear`` is.
+    """
+
+    def __init__(self, in_features: int, out_features: int, members: int) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.members = in_features, out_features, members
+        bound = 1 / math.sqrt(in_features)  # nn.Linear's default for weight and bias
+        self.weight = nn.Parameter(torch.empty(members, in_features, out_features)
+                                   .uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members, 1, out_features).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
+        """``x @ W_m + b_m`` for each member ``m`` (the first ``members`` only, if given)."""
+        weight, bias = self.weight, self.bias
+        if members is not None:
+            weight, bias = weight[:members], bias[:members]
+        if x.dim() == 2:
+            x = x.expand(weight.shape[0], *x.shape)
+        return torch.baddbmm(bias, x, weight)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features} -> {self.out_features}, members={self.members}"
+
+
+class CriticEnsemble(nn.Module):
+    """``members`` Q networks ``Q_m(s, a)``, every layer of all of them one batched matmul."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], members: int = 2,
+                 activation: str = "relu") -> None:  # fmt: skip
+        super().__init__()
+        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.layers = nn.ModuleList(VectorizedLinear(a, b, members)
+                                    for a, b in itertools.pairwise(sizes))
+        self.activation = {"relu": F.relu, "tanh": torch.tanh}[activation]
+        self.members = members
+
+    def forward(self, obs: torch.Tensor, actions: torch.Tensor,
+                members: int | None = None) -> torch.Tensor:  # fmt: skip
+        """Q values ``(members, B)`` (the first ``members`` only, if given: TD3's actor loss)."""
+        x = torch.cat([obs.flatten(1), actions], 1)
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            x = layer(x, members)
+            if i < last:
+                x = self.activation(x)
+        return x.squeeze(-1)
+
+
+class GaussianActor(nn.Module):
+    """SAC's actor: a Gaussian over pre-squash actions, squashed into ``[-1, 1]`` by tanh."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int],
+                 activation: str = "relu") -> None:  # fmt: skip
+        super().__init__()
+        self.trunk = mlp([obs_dim, *hidden], activation)
+        self.trunk.append(nn.ReLU() if activation == "relu" else nn.Tanh())
+        self.head = nn.Linear(hidden[-1], 2 * act_dim)  # mean and log-std in one matmul
+
+    def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mean, raw = self.head(self.trunk(obs.flatten(1))).chunk(2, -1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
+        return mean, log_std
+
+    def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """A reparameterised action in ``[-1, 1]`` and its log-probability (tanh-corrected)."""
+        mean, log_std = self._mean_log_std(obs)
+        noise = torch.randn(mean.shape, generator=generator, device=mean.device,
+                            dtype=mean.dtype)  # fmt: skip
+        u = mean + log_std.exp() * noise
+        # log N(u) - sum log(1 - tanh(u)^2), the latter as 2 (log 2 - u - softplus(-2u)).
+        log_prob = (-0.5 * noise.pow(2) - log_std - 2 * (math.log(2) - u - F.softplus(-2 * u)))
+        return torch.tanh(u), log_prob.sum(-1) - _LOG_SQRT_2PI * mean.shape[-1]
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the squashed mean."""
+        return torch.tanh(self._mean_log_std(obs)[0])
+
+
+class DeterministicActor(nn.Module):
+    """TD3's actor: ``tanh(MLP(obs))`` in ``[-1, 1]``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int],
+                 activation: str = "relu") -> None:  # fmt: skip
+        super().__init__()
+        self.net = mlp([obs_dim, *hidden, act_dim], activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """The action."""
+        return torch.tanh(self.net(obs.flatten(1)))
+
+
+class OffPolicyAgent(nn.Module):
+    """Actor, critic ensemble, their slow target copies and (SAC) the log-temperature.
+
+    What a loss may use (``model`` in ``loss(model, batch)``):
+
+    - ``model.actor(obs)``: the deterministic action in ``[-1, 1]``, ``(B, act_dim)``;
+      ``model.actor.sample(obs)`` (Gaussian actor only): ``(action, log_prob)``;
+    - ``model.critic(obs, actions)``: Q values ``(members, B)``; ``members=1``: the first only;
+    - ``model.critic_target``, ``model.actor_target`` (or ``None``): the same calls on the
+      slow copies (:class:`~beyondfit.core.target.SlowCopy`);
+    - ``model.log_alpha``: SAC's log-temperature parameter (``None`` without one);
+      ``model.act_dim``.
+
+    Args:
+        observation_space, action_space: a ``Box`` each; actions must be bounded.
+        actor: ``"gaussian"`` (SAC) or ``"deterministic"`` (TD3).
+        hidden: hidden sizes of the actor; ``critic_hidden`` those of each critic (default the
+            same).
+        critics: members of the critic ensemble (2: clipped double Q).
+        critic_target, actor_target: ``{rate, every}`` of the slow copies; ``None`` for none.
+        init_alpha: SAC's initial temperature (a learned ``log_alpha``); ``None``: none.
+        exploration_noise: TD3's Gaussian action noise (std, in ``[-1, 1]`` units).
+        activation: ``"relu"`` or ``"tanh"``.
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        actor: str = "gaussian",
+        hidden: Sequence[int] = (256, 256),
+        critic_hidden: Sequence[int] | None = None,
+        critics: int = 2,
+        critic_target: Mapping[str, Any] | None = None,
+        actor_target: Mapping[str, Any] | None = None,
+        init_alpha: float | None = 1.0,
+        exploration_noise: float = 0.1,
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        check_spaces(observation_space, action_space)
+        low, high = box_bounds(action_space)
+        if actor not in ACTORS:
+            raise BeyondfitError(f"unknown task.agent.actor={actor!r}; choose one of "
+                                 f"{', '.join(ACTORS)}")
+        if activation not in ("relu", "tanh"):
+            raise BeyondfitError(f"unknown task.agent.activation={activation!r}; choose one of "
+                                 "relu, tanh")
+        if isinstance(critics, bool) or not isinstance(critics, int) or critics < 1:
+            raise BeyondfitError(f"task.agent.critics={critics!r} must be a positive integer")
+        obs_dim = int(np.prod(observation_space.shape))
+        self.act_dim = int(low.size)
+        self.action_shape = tuple(action_space.shape)
+        hidden = tuple(hidden)
+        cls = GaussianActor if actor == "gaussian" else DeterministicActor
+        self.actor = cls(obs_dim, self.act_dim, hidden, activation)
+        self.critic = CriticEnsemble(obs_dim, self.act_dim, tuple(critic_hidden or hidden),
+                                     critics, activation)
+        self.critic_target = None if critic_target is None else SlowCopy(self.critic,
+                                                                         **critic_target)
+        self.actor_target = None if actor_target is None else SlowCopy(self.actor,
+                                                                       **actor_target)
+        self.log_alpha = None if init_alpha is None else nn.Parameter(
+            torch.tensor(math.log(init_alpha)))
+        self.exploration_noise = float(exploration_noise)
+        self.register_buffer("scale", torch.as_tensor((high - low) / 2, dtype=torch.float32))
+        self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
+
+    def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The collector's actions in ``[-1, 1]``: a Gaussian actor's sample, or the
+        deterministic action plus Gaussian noise of std ``exploration_noise``, clipped."""
+        if isinstance(self.actor, GaussianActor):
+            return self.actor.sample(obs, generator)[0]
+        action = self.actor(obs)
+        if self.exploration_noise:
+            noise = torch.randn(action.shape, generator=generator, device=action.device,
+                                dtype=action.dtype)  # fmt: skip
+            action = (action + self.exploration_noise * noise).clamp_(-1.0, 1.0)
+        return action
+
+    def act(self, obs: torch.Tensor, greedy: bool = True,
+            generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        """Actions in the env's units: the deterministic one (``greedy``) or an exploring one."""
+        action = self.actor(obs) if greedy else self.explore(obs, generator)
+        return (action * self.scale + self.centre).view(-1, *self.action_shape)

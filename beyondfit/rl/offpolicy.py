@@ -1,0 +1,353 @@
+"""The replay collector: off-policy RL as an iterable of sampled minibatches for the one engine.
+
+Each env step acts in a Gymnasium vector env with the agent's current exploration policy
+(uniformly random actions for the first ``learning_starts`` env steps), stores the transitions
+in a :class:`~beyondfit.rl.replay.ReplayBuffer` on the training device, and then yields as many
+minibatches as the update-to-data ratio owes: after ``e`` env steps, ``floor(ratio * (e -
+learning_starts))`` minibatches in all. The engine takes one step (every due optimizer once)
+per minibatch and never knows it is doing RL.
+
+Gymnasium 1.x next-step autoreset: the step after an episode's end resets that env copy,
+ignores its action and returns the next episode's first observation. That step is no
+transition: it is never stored and not counted in ``env_steps``; the episode's last stored
+transition has the true final observation as ``next_obs``, with ``terminated`` and
+``truncated`` kept apart.
+
+Exact resume: a checkpoint holds the buffer's rows, its position, the sampling generator, and
+what rebuilds the envs' state: each env copy's random-generator state at its episode's start and
+the actions taken since. On resume each copy is reset from that state and the actions are
+replayed, so the run continues bitwise as if never stopped (for envs whose state follows from
+their seed and actions, as Gymnasium's classic-control and MuJoCo envs' does).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium.vector import VectorEnv
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.rl.envs import observation_converter
+from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
+
+log = logging.getLogger("beyondfit.rl")
+
+
+class ExploringAgent(Protocol):
+    """What the collector needs of the model: ``explore(obs, generator) -> actions in [-1, 1]``."""
+
+    def explore(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+
+    def parameters(self) -> Iterator[torch.nn.Parameter]: ...
+
+
+def box_bounds(space: gym.Space, env_id: str = "") -> tuple[np.ndarray, np.ndarray]:
+    """``(low, high)`` of a bounded ``Box`` action space, else a :class:`BeyondfitError`."""
+    where = f" of env {env_id!r}" if env_id else ""
+    if not isinstance(space, gym.spaces.Box):
+        raise BeyondfitError(
+            f"action space {space}{where} is not a Box: SAC and TD3 act in continuous (Box) "
+            "action spaces; for Discrete actions use algo=ppo"
+        )
+    low, high = space.low.reshape(-1), space.high.reshape(-1)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise BeyondfitError(
+            f"action space {space}{where} is unbounded: SAC and TD3 squash actions into the "
+            "Box's bounds; wrap the env with gymnasium.wrappers.RescaleAction or ClipAction"
+        )
+    return low.astype(np.float64), high.astype(np.float64)
+
+
+class ReplayCollector:
+    """Iterable of :class:`~beyondfit.rl.replay.ReplayBatch` minibatches, collected as it goes.
+
+    Args:
+        envs: a Gymnasium vector env with next-step autoreset (:func:`make_vector_env`).
+        agent: the model being trained; ``agent.explore(obs, generator)`` gives actions in
+            ``[-1, 1]`` (on whatever device the engine moved it to).
+        total_env_steps: iteration ends after this many env steps (transitions stored).
+        buffer_size: transitions kept (at most ``total_env_steps`` rows are allocated).
+        batch_size: rows per minibatch.
+        learning_starts: env steps of uniformly random actions before the first minibatch.
+        updates_per_step: minibatches per env step (the update-to-data ratio; 0.5: one per
+            two env steps, 2: two per env step).
+        seed: seeds the envs (copy ``i`` with ``seed + i``) and the collector's generator
+            (random actions, exploration noise, minibatch sampling).
+        save_buffer: put the buffer's rows in checkpoints (``False`` for a buffer too large to
+            save: a resume then starts from an empty buffer and says so in one line).
+    """
+
+    #: Metrics that are counts: summed over data-parallel ranks, not averaged.
+    metric_totals = ("env_steps",)
+
+    def __init__(
+        self,
+        envs: VectorEnv,
+        agent: ExploringAgent,
+        *,
+        total_env_steps: int,
+        buffer_size: int = 1_000_000,
+        batch_size: int = 256,
+        learning_starts: int = 100,
+        updates_per_step: float = 1.0,
+        seed: int = 0,
+        save_buffer: bool = True,
+    ) -> None:
+        for name, value in (("total_env_steps", total_env_steps), ("batch_size", batch_size),
+                            ("buffer_size", buffer_size)):
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise BeyondfitError(f"task.{_key(name)}={value!r} must be a positive integer")
+        if isinstance(learning_starts, bool) or not isinstance(learning_starts, int) \
+                or learning_starts < 0:
+            raise BeyondfitError(f"task.replay.learning_starts={learning_starts!r} must be an "
+                                 "integer >= 0, e.g. 1000")
+        if isinstance(updates_per_step, bool) or not isinstance(updates_per_step, int | float) \
+                or not 0 < updates_per_step <= 1024:
+            raise BeyondfitError(f"task.replay.updates_per_step={updates_per_step!r} must be a "
+                                 "number in (0, 1024], e.g. 1 (one minibatch per env step)")
+        self.envs, self.agent = envs, agent
+        self.low, self.high = box_bounds(envs.single_action_space)
+        self._half = (self.high - self.low) / 2
+        self._action_dtype = envs.single_action_space.dtype
+        self._action_shape = (envs.num_envs, *envs.single_action_space.shape)
+        self.obs_dim = int(np.prod(envs.single_observation_space.shape))
+        self.act_dim = self.low.size
+        self.total_env_steps, self.batch_size = total_env_steps, batch_size
+        self.learning_starts, self.updates_per_step = learning_starts, float(updates_per_step)
+        self.seed, self.save_buffer = seed, bool(save_buffer)
+        self.buffer = ReplayBuffer(min(buffer_size, total_env_steps), self.obs_dim, self.act_dim)
+        self.env_steps = 0  # transitions stored (autoreset steps are none)
+        self.yielded = 0  # minibatches yielded
+        self._generator: torch.Generator | None = None
+        self._generator_state: torch.Tensor | None = None
+        self._obs: np.ndarray | None = None  # the envs' current observations (None: restart)
+        self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
+        n = envs.num_envs
+        self._prev_done = np.zeros(n, dtype=bool)
+        self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
+        self._finished = [0, 0.0, 0]  # episodes, sum of returns, sum of lengths
+        # Per copy: the RNG state its episode started from (None: the seeded first reset) and
+        # the actions sent since; what a resume replays.
+        self._replayable = hasattr(envs, "envs")
+        self._ep_rng: list[dict[str, Any] | None] = [None] * n
+        self._next_rng: list[dict[str, Any] | None] = [None] * n
+        self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
+        self._unsharded: tuple[int, int, int] | None = None
+
+    # ------------------------------------------------------------------------------ counts
+    def _owed(self, env_steps: int) -> int:
+        """Minibatches due in all once ``env_steps`` transitions are stored."""
+        done = min(env_steps, self.total_env_steps) - self.learning_starts
+        return max(0, math.floor(self.updates_per_step * done + 1e-9))
+
+    def __len__(self) -> int:
+        """Minibatches of the whole run (the engine's steps): schedulers, bars, epoch ends."""
+        return self._owed(self.total_env_steps)
+
+    @property
+    def progress(self) -> float:
+        """Fraction of the env-step budget taken."""
+        return min(1.0, self.env_steps / self.total_env_steps)
+
+    def shard(self, rank: int, world_size: int) -> ReplayCollector:
+        """One of ``world_size`` data-parallel ranks: own envs, own seed, own buffer, an equal
+        share of the env-step budget (so every rank yields the same number of batches)."""
+        if self._unsharded is None:  # idempotent: sharding twice must not split twice
+            self._unsharded = (self.seed, self.total_env_steps, self.learning_starts)
+        seed, total, starts = self._unsharded
+        self.seed = seed + 1_000_003 * rank  # far apart: copy i of a rank is seeded seed + i
+        self.total_env_steps = -(-total // world_size)
+        self.learning_starts = -(-starts // world_size)
+        self.buffer = ReplayBuffer(min(self.buffer.capacity, self.total_env_steps),
+                                   self.obs_dim, self.act_dim)
+        return self
+
+    # ------------------------------------------------------------------------------ iteration
+    def __iter__(self) -> Iterator[ReplayBatch]:
+        """Step the envs and yield minibatches until the budget; a later pass yields nothing."""
+        device = next(self.agent.parameters()).device
+        self.buffer.to(device)
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device).manual_seed(self.seed)
+            if self._generator_state is not None:
+                self._generator.set_state(self._generator_state)
+        if self._obs is None:
+            self._start()
+        to_obs = observation_converter(device)
+        buffer, gen, batch = self.buffer, self._generator, self.batch_size
+        while True:
+            owed = self._owed(self.env_steps)
+            # (An empty buffer, after a resume without its rows: collect before sampling.)
+            while self.yielded < owed and buffer.size:
+                self.yielded += 1  # before the yield: a checkpoint taken there counts it
+                yield buffer.sample(batch, gen)
+            if self.env_steps >= self.total_env_steps:
+                return
+            self._step(to_obs, device)
+
+    def _step(self, to_obs: Any, device: torch.device) -> None:
+        """One vector-env step: act, store the valid transitions, count, bookkeep episodes."""
+        obs, gen = self._obs, self._generator
+        if self.env_steps < self.learning_starts:
+            action = torch.rand(self._action_shape, generator=gen, device=device)
+            action = action.mul_(2).sub_(1).cpu().numpy()
+        else:
+            with torch.inference_mode():
+                action = self.agent.explore(to_obs(obs), gen).cpu().numpy()
+        action = action.reshape(len(obs), -1)
+        sent = (self.low + (action + 1.0) * self._half).astype(self._action_dtype)
+        next_obs, reward, term, trunc, _ = self.envs.step(sent.reshape(self._action_shape))
+        valid = ~self._prev_done  # copies that reset in this step took no transition
+        n = len(obs)
+        rows = np.concatenate([obs.reshape(n, -1), action, reward.reshape(n, 1),
+                               next_obs.reshape(n, -1), term.reshape(n, 1), trunc.reshape(n, 1)],
+                              axis=1, dtype=np.float32)  # fmt: skip
+        done = term | trunc
+        if valid.all():
+            self.buffer.add(torch.from_numpy(rows))
+            stored = n
+        else:
+            self.buffer.add(torch.from_numpy(rows[valid]))
+            stored = int(valid.sum())
+        self.env_steps += stored
+        self._ep_return += np.where(valid, reward, 0.0)
+        self._ep_length += valid
+        for i in range(n):
+            if not valid[i]:  # the autoreset: a new episode, from the state kept at its end
+                self._ep_rng[i], self._next_rng[i] = self._next_rng[i], None
+                self._ep_actions[i] = []
+            else:
+                self._ep_actions[i].append(sent[i])
+        if (done & valid).any():
+            for i in np.flatnonzero(done & valid):
+                self._finished[0] += 1
+                self._finished[1] += float(self._ep_return[i])
+                self._finished[2] += int(self._ep_length[i])
+                self._ep_return[i], self._ep_length[i] = 0.0, 0
+                if self._replayable:  # the state the coming autoreset will draw from
+                    self._next_rng[i] = copy.deepcopy(_rng(self.envs, i).bit_generator.state)
+        self._prev_done = done & valid
+        self._obs = next_obs
+
+    # ------------------------------------------------------------------------------ (re)start
+    def _start(self) -> None:
+        """Reset the envs: seeded on a fresh run; on a resume, rebuilt from the checkpoint."""
+        restore, self._restore = self._restore, None
+        if restore is None:
+            self._obs, _ = self.envs.reset(seed=self.seed)
+            return
+        if not self._replayable or restore.get("episode_rng") is None:
+            log.warning("resumed with fresh episodes: the envs (%s) cannot be rebuilt from the "
+                        "checkpoint, so the run does not continue bitwise",
+                        type(self.envs).__name__)
+            self._obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
+            self._prev_done[:] = False
+            return
+        n = self.envs.num_envs
+        seeds: list[int | None] = []
+        for i in range(n):
+            state = self._ep_rng[i]
+            seeds.append(self.seed + i if state is None else None)
+            if state is not None:
+                _rng(self.envs, i).bit_generator.state = copy.deepcopy(state)
+        obs, _ = self.envs.reset(seed=seeds)
+        saved = np.asarray(restore["obs"])
+        exact = True
+        for i in range(n):
+            if self._prev_done[i]:
+                # Its episode had ended: the next step resets it from the state kept then.
+                _rng(self.envs, i).bit_generator.state = copy.deepcopy(self._next_rng[i])
+                self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
+                continue
+            for action in self._ep_actions[i]:
+                obs_i = self.envs.envs[i].step(action)[0]  # type: ignore[attr-defined]
+                obs[i] = obs_i
+            exact = exact and np.array_equal(obs[i], saved[i])
+        if not exact:
+            log.warning("resumed: replaying the episodes in progress did not reproduce their "
+                        "observations (the env is not a function of its seed and actions), so "
+                        "the run continues from the replayed states, not bitwise")
+            saved = np.where(self._prev_done.reshape(n, *([1] * (obs.ndim - 1))), saved, obs)
+        self._obs = saved.astype(obs.dtype, copy=False)
+
+    # ------------------------------------------------------------------------------ reporting
+    def metrics(self) -> dict[str, float]:
+        """``env_steps``, and the mean ``episode_return``/``episode_length`` of the episodes
+        finished since the last call (only when one did); no device sync."""
+        episodes, total, length = self._finished
+        out = {"env_steps": float(self.env_steps)}
+        if episodes:
+            out["episode_return"] = total / episodes
+            out["episode_length"] = length / episodes
+        self._finished[:] = [0, 0.0, 0]
+        return out
+
+    # ------------------------------------------------------------------------------ checkpoint
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, generator, buffer (rows unless ``save_buffer=False``) and env state."""
+        state: dict[str, Any] = {
+            "env_steps": self.env_steps, "yielded": self.yielded,
+            "buffer": self.buffer.state_dict(contents=self.save_buffer),
+            "prev_done": self._prev_done.tolist(),
+            "ep_return": self._ep_return.tolist(), "ep_length": self._ep_length.tolist(),
+            "finished": list(self._finished),
+        }
+        if self._generator is not None:
+            state["generator"] = self._generator.get_state()
+        if self._obs is not None:
+            state["obs"] = torch.from_numpy(np.array(self._obs))
+            if self._replayable:
+                state["episode_rng"] = _plain(self._ep_rng)
+                state["next_rng"] = _plain(self._next_rng)
+                state["episode_actions"] = [
+                    torch.from_numpy(np.array(a)) if a else None for a in self._ep_actions
+                ]
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the envs are rebuilt at the start of the next pass."""
+        self.env_steps = int(state["env_steps"])
+        self.yielded = int(state["yielded"])
+        had_rows = self.buffer.load_state_dict(state["buffer"])
+        if not had_rows and int(state["buffer"].get("size", 0)):
+            log.warning("resumed without the replay buffer: the checkpoint left out its %d "
+                        "transitions (task.replay.save_buffer=false), so training continues "
+                        "from an empty buffer, not exactly", int(state["buffer"]["size"]))
+        self._prev_done = np.asarray(state["prev_done"], dtype=bool)
+        self._ep_return = np.asarray(state["ep_return"], dtype=np.float64)
+        self._ep_length = np.asarray(state["ep_length"], dtype=np.int64)
+        self._finished = list(state.get("finished", [0, 0.0, 0]))
+        self._generator_state = state.get("generator")
+        self._generator = None
+        self._obs = None
+        self._restore = {"obs": state["obs"].numpy(), "episode_rng": state.get("episode_rng")} \
+            if "obs" in state else None
+        if "episode_rng" in state:
+            self._ep_rng = list(state["episode_rng"])
+            self._next_rng = list(state["next_rng"])
+            self._ep_actions = [[] if a is None else list(a.numpy())
+                                for a in state["episode_actions"]]
+
+    def close(self) -> None:
+        """Close the environments."""
+        self.envs.close()
+
+
+def _rng(envs: Any, i: int) -> np.random.Generator:
+    return envs.envs[i].unwrapped.np_random
+
+
+def _plain(states: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
+    # Bit-generator states are dicts of ints and strings: plain data for weights_only loads.
+    return [None if s is None else copy.deepcopy(s) for s in states]
+
+
+def _key(name: str) -> str:
+    return "total_env_steps" if name == "total_env_steps" else f"replay.{name}"

@@ -1,0 +1,325 @@
+"""Off-policy RL: the replay collector's boundaries and checkpoints, target networks, and SAC/TD3
+on the command line (end to end, a loss of one's own, play, kill -9 + resume bitwise)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import textwrap
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from beyondfit import Engine, SlowCopy, Update
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.serialization import atomic_save, safe_load
+from beyondfit.rl.agents import OffPolicyAgent
+from beyondfit.rl.envs import make_vector_env
+from beyondfit.rl.offpolicy import ReplayCollector
+
+from kit import cli
+
+QUIET = ["device=cpu", "progress.bar=false", "plots=false"]
+
+
+class Counter(gym.Env):
+    """obs = steps taken in the episode; episodes alternate between terminating after 3 steps
+    and being cut by the time limit (5 steps, TimeLimit): both kinds of end, known in advance."""
+
+    observation_space = gym.spaces.Box(0, 100, (1,), np.float32)
+    action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
+
+    def __init__(self) -> None:
+        self.t, self.episodes = 0, 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t, self.episodes = 0, self.episodes + 1
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        terminated = self.episodes % 2 == 1 and self.t == 3
+        return np.array([self.t], np.float32), float(self.t), terminated, False, {}
+
+
+gym.register("BeyondfitCounter-v0", entry_point=Counter, max_episode_steps=5)
+
+
+def collector(env: str = "BeyondfitCounter-v0", n: int = 2, **kw) -> ReplayCollector:
+    envs = make_vector_env(env, n)
+    agent = OffPolicyAgent(envs.single_observation_space, envs.single_action_space,
+                           hidden=(16,))  # fmt: skip
+    options = dict(total_env_steps=40, learning_starts=10, batch_size=4, seed=3)
+    return ReplayCollector(envs, agent, **{**options, **kw})
+
+
+def test_autoreset_steps_are_never_stored_and_ends_keep_their_kind() -> None:
+    data = collector()
+    batches = list(data)
+    assert len(batches) == len(data) == 30  # one per env step after learning_starts
+    rows = data.buffer.fields(data.buffer.rows[: data.buffer.size])
+    assert data.buffer.size == data.env_steps == 40
+    # Every stored transition is a real one: t -> t + 1 (a stored reset step would be 3 -> 0).
+    assert torch.equal(rows.next_obs, rows.obs + 1)
+    assert torch.equal(rows.rewards, rows.next_obs[:, 0])
+    ended_early = rows.terminated == 1
+    assert torch.all(rows.next_obs[ended_early, 0] == 3) and ended_early.any()
+    cut = rows.truncated == 1
+    assert torch.all(rows.next_obs[cut, 0] == 5) and cut.any()
+    assert not torch.any(ended_early & cut)
+    assert torch.all(rows.actions.abs() <= 1)
+    logs = data.metrics()
+    assert logs["env_steps"] == 40 and 3 <= logs["episode_length"] <= 5
+
+
+def test_update_to_data_ratio_and_a_bad_setting() -> None:
+    assert len(collector(updates_per_step=0.5)) == 15
+    assert len(list(collector(updates_per_step=2))) == 60
+    with pytest.raises(BeyondfitError, match=r"task\.replay\.updates_per_step"):
+        collector(updates_per_step=0)
+    with pytest.raises(BeyondfitError, match="not a Box"):
+        ReplayCollector(make_vector_env("CartPole-v1", 1), nn.Linear(1, 1), total_env_steps=5)
+
+
+def _continue(data: ReplayCollector, it, n: int) -> list[torch.Tensor]:
+    return [torch.cat([f.reshape(len(f), -1) for f in next(it)], 1) for _ in range(n)]
+
+
+def test_collector_checkpoint_continues_bitwise_buffer_env_and_generator(tmp_path: Path) -> None:
+    a = collector("Pendulum-v1", n=2, total_env_steps=600, learning_starts=50)
+    it = iter(a)
+    _continue(a, it, 333)  # mid-episode (Pendulum's are 200 steps) and past a reset
+    atomic_save({"data": a.state_dict(), "model": a.agent.state_dict()}, tmp_path / "c.pt")
+    expected = _continue(a, it, 120)
+    state = safe_load(tmp_path / "c.pt")  # weights_only: the state is plain data
+    b = collector("Pendulum-v1", n=2, total_env_steps=600, learning_starts=50)
+    b.agent.load_state_dict(state["model"])
+    b.load_state_dict(state["data"])
+    got = _continue(b, iter(b), 120)
+    assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
+    assert torch.equal(a.buffer.rows, b.buffer.rows)
+
+
+def test_a_buffer_left_out_of_checkpoints_says_what_a_resume_lost(caplog) -> None:
+    a = collector(save_buffer=False)
+    it = iter(a)
+    _continue(a, it, 5)
+    state = a.state_dict()
+    assert "rows" not in state["buffer"]
+    b = collector(save_buffer=False)
+    with caplog.at_level(logging.WARNING, logger="beyondfit.rl"):
+        b.load_state_dict(state)
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and f"left out its {a.buffer.size} transitions" in lines[0]
+    assert b.buffer.size == 0
+    assert len(list(b)) == len(b) - 5  # it refills from the envs and trains on
+
+
+# --------------------------------------------------------------------------- target networks
+def test_slow_copy_follows_by_polyak_every_period_and_checkpoints() -> None:
+    source = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    target = SlowCopy(source, rate=0.25, every=2)
+    start = [p.detach().clone() for p in target.module.parameters()]
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(1.0)
+    source.train()(torch.randn(8, 3))  # moves the BatchNorm statistics
+    target.update()  # call 1 of every 2: nothing
+    assert all(torch.equal(p, s) for p, s in zip(target.module.parameters(), start, strict=True))
+    target.update()
+    for p, s, o in zip(target.module.parameters(), start, source.parameters(), strict=True):
+        torch.testing.assert_close(p, 0.75 * s + 0.25 * o)
+        assert not p.requires_grad
+    assert torch.equal(target.module[1].running_mean, source[1].running_mean)
+    restored = SlowCopy(source, rate=0.25, every=2)
+    restored.load_state_dict(target.state_dict())
+    assert restored.calls == 2 and all(
+        torch.equal(a, b) for a, b in zip(restored.state_dict().values(),
+                                          target.state_dict().values(), strict=False)
+        if isinstance(a, torch.Tensor))
+    with pytest.raises(BeyondfitError, match="rate"):
+        SlowCopy(source, rate=1.5)
+
+
+def test_a_target_follows_its_optimizer_steps_through_the_engine() -> None:
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(2, 1)
+            self.target = SlowCopy(self.net, rate=0.5)
+
+    model = Model()
+
+    def loss(m: Model, batch: torch.Tensor) -> torch.Tensor:
+        return (m.net(batch) - m.target(batch).detach()).pow(2).mean() + m.net(batch).mean()
+
+    engine = Engine(model, [Update("net", loss, torch.optim.SGD(model.net.parameters(), 0.1),
+                                   after_step=[model.target.update])], device="cpu")
+    engine.fit([torch.randn(4, 2) for _ in range(6)])
+    assert model.target.calls == engine.updates[0].steps == 6
+    assert "target.module.weight" in engine.state_dict()["model"]
+    with pytest.raises(BeyondfitError, match="after_step"):
+        Update("x", loss, torch.optim.SGD(model.net.parameters(), 0.1), after_step=[3])
+
+
+# --------------------------------------------------------------------------- the command line
+TINY = ["task.total_env_steps=240", "task.replay.learning_starts=40", "task.eval_episodes=2",
+        "task.eval_every_env_steps=120", "task.hidden=[32,32]", "engine.log_every=20"]
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_cli_trains_and_plays_an_off_policy_algorithm(tmp_path: Path, algo: str) -> None:
+    run = tmp_path / algo
+    done = cli("+task=pendulum", f"algo={algo}", *TINY, *QUIET, f"hydra.run.dir={run}",
+               cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "greedy val_return" in done.stderr + done.stdout
+    rows = [r for r in (run / "metrics.jsonl").read_text().splitlines() if '"train"' in r]
+    assert rows and '"critic/loss"' in rows[-1] and '"env_steps"' in rows[-1]
+    played = cli(str(run), "--episodes", "1", module="beyondfit.play", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert "mean return" in played.stdout
+
+
+def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
+    (tmp_path / "mymod.py").write_text(textwrap.dedent("""
+        import torch
+
+        def my_loss(gamma=0.9, scale=2.0):
+            # DDPG with a twin critic: the deterministic actor of algo=td3, no delay.
+            def critic(model, batch):
+                with torch.no_grad():
+                    next_q = model.critic_target(batch.next_obs, model.actor(batch.next_obs))
+                    target = batch.rewards + gamma * (1 - batch.terminated) * next_q.min(0).values
+                q = model.critic(batch.obs, batch.actions)
+                return {"loss": (q - target).pow(2).mean(), "mine": q.detach().mean() * scale}
+
+            def actor(model, batch):
+                return -model.critic(batch.obs, model.actor(batch.obs), members=1).mean()
+
+            return {"critic": critic, "actor": actor}
+    """))
+    run = tmp_path / "run"
+    done = cli("+task=pendulum", "algo=td3", "task.loss._target_=mymod.my_loss",
+               "~task.loss.policy_noise", "~task.loss.noise_clip", "~task.loss.policy_delay",
+               "+task.loss.scale=3.0", *TINY, *QUIET, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert '"critic/mine"' in (run / "metrics.jsonl").read_text()
+    bad = cli("+task=pendulum", "algo=sac", "task.env=CartPole-v1", *TINY, *QUIET,
+              f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert "Box" in bad.stderr
+
+
+def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
+    import test_resume_cli as resume_kit
+
+    overrides = ["+task=pendulum", "algo=sac", "task.total_env_steps=230",
+                 "task.replay.learning_starts=30", "task.eval_every_env_steps=100000",
+                 "task.eval_episodes=2", "task.hidden=[16]", "checkpoint.every=20"]
+    steps = 200
+    ref = tmp_path / "reference"
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR, run
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, *resume_kit.QUIET])
+    run(cfg, ref)
+    run_dir = tmp_path / "run"
+    args = [*overrides, *resume_kit.QUIET, f"hydra.run.dir={run_dir}"]
+    proc, log = resume_kit.launch(args, tmp_path)
+    rng = __import__("random").Random(resume_kit.SEED)
+    resume_kit.stop_at(proc, log, run_dir, 90 + rng.randrange(60), signal.SIGKILL, rng, False)
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    proc, _ = resume_kit.launch([*overrides, *resume_kit.QUIET, f"resume={run_dir}"], tmp_path,
+                                delay=0.0)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert "bitwise" not in stderr, stderr  # no warning that the envs could not be rebuilt
+    final = f"step-{steps:08d}.pt"
+    got = safe_load(run_dir / "checkpoints" / final)
+    expected = safe_load(ref / "checkpoints" / final)
+    context = f"seed {resume_kit.SEED}"
+    for key, value in expected["model"].items():  # the targets' call counts included
+        same = torch.equal(got["model"][key], value) if isinstance(value, torch.Tensor) \
+            else got["model"][key] == value
+        assert same, f"{key} differs ({context})"
+    assert got["counters"] == expected["counters"], context
+    assert resume_kit.rows(run_dir) == resume_kit.rows(ref), context
+    buffer, buffer_ref = got["data"]["buffer"], expected["data"]["buffer"]
+    assert buffer["size"] == buffer_ref["size"] == 230
+    assert torch.equal(buffer["rows"], buffer_ref["rows"]), context
+    assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
+
+
+def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> None:
+    from test_distributed import rows, torchrun
+
+    result = torchrun("+task=pendulum", "algo=sac", *TINY, *QUIET, "checkpoint.every=null",
+                      cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    (run_dir,) = (tmp_path / "outputs" / "pendulum").iterdir()
+    train = [r for r in rows(run_dir) if r["kind"] == "train"]
+    assert train[-1]["env_steps"] == 240  # both ranks' 120, summed
+    (checkpoint,) = (run_dir / "checkpoints").glob("step-*.pt")
+    state = safe_load(checkpoint)
+    assert state["data"]["buffer"]["size"] == 120  # rank 0's own transitions only
+    assert state["counters"]["global_step"] == 100  # (120 - 20 random steps) per rank, in lockstep
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"normalize": True}, r"task\.normalize=True: running normalization"),
+    ({"replay": {"nosuch": 1}}, r"unknown task\.replay option\(s\) \['nosuch'\]"),
+    ({"loss": lambda m, b: 0}, "not a mapping of named loss closures"),
+    ({"loss": {"critic": lambda m, b: 0, "value": lambda m, b: 0}}, r"named \['value'\]"),
+    ({"agent": {"actor": "beta"}}, r"unknown task\.agent\.actor='beta'"),
+    ({"agent": {"hiden": [4]}}, r"task\.agent options are invalid"),
+    ({"env": "CartPole-v1"}, "not a Box"),
+])
+def test_off_policy_task_mistakes_are_one_line_errors(override: dict, message: str) -> None:
+    from beyondfit.rl.offpolicy_losses import sac_loss
+    from beyondfit.tasks.offpolicy import build
+
+    with pytest.raises(BeyondfitError, match=message):
+        build(**{"loss": sac_loss(), "total_env_steps": 10, **override})
+
+
+def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
+    sweep = tmp_path / "sweep"
+    launched = cli("-m", "+task=pendulum", "algo=sac", "seed=0,1", *TINY, *QUIET,
+                   f"hydra.sweep.dir={sweep}", cwd=tmp_path)  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-2000:]
+    compared = cli(str(sweep), module="beyondfit.compare", cwd=tmp_path)
+    assert compared.returncode == 0, compared.stderr
+    table = (sweep / "compare.md").read_text()
+    assert "| setting | runs | val_return | episode_return |" in table
+    row = next(line for line in table.splitlines() if line.startswith("| `pendulum`"))
+    assert row.split(" | ")[1] == "2"  # both seeds in one setting
+
+
+def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
+    from beyondfit.rl.offpolicy_losses import td3_loss
+    from beyondfit.tasks.contract import bind_updates
+    from beyondfit.tasks.offpolicy import build
+
+    agent = {"actor": "deterministic", "hidden": [8], "init_alpha": None,
+             "critic_target": {"rate": 0.005, "every": 2}, "actor_target": {"rate": 0.005}}
+    task = build(td3_loss(policy_delay=2), total_env_steps=30, agent=agent,
+                 replay={"learning_starts": 20, "batch_size": 4}, eval_episodes=1)
+    loss_fn, _, _ = bind_updates(task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), None, {})
+    engine = Engine(task.model, loss_fn, device="cpu")
+    engine.fit(task.train_data)
+    task.train_data.close()
+    task.val_data.close()
+    assert [u.name for u in engine.updates] == ["critic", "actor"]
+    assert [u.steps for u in engine.updates] == [10, 5]  # the actor every second minibatch
+    model = task.model
+    assert model.critic_target.calls == 10 and model.actor_target.calls == 5
+    assert model.log_alpha is None

@@ -1,0 +1,45 @@
+"""The README's off-policy section, run as typed (plus a tiny budget), from an empty directory:
+every command of its bash block, with the loss module its python block shows."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from kit import cli
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+HEADING = "## Off-policy: SAC and TD3"
+# The smallest budget that still trains: keys the commands set themselves are replaced.
+TINY = {"task.total_env_steps": "120", "task.replay.learning_starts": "40",
+        "task.eval_episodes": "1", "task.eval_every_env_steps": "1000", "task.hidden": "[16]",
+        "progress.bar": "false", "plots": "false", "device": "cpu"}
+
+
+def section() -> str:
+    text = README.read_text()
+    start = text.index(f"\n{HEADING}\n")
+    return text[start: text.index("\n## ", start + 1)]
+
+
+def block(kind: str) -> str:
+    body = section().split(f"```{kind}\n", 1)[1]
+    return body[: body.index("```")]
+
+
+def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
+    (tmp_path / "mymod.py").write_text(block("python"))
+    lines = [line.split("  #")[0].strip() for line in block("bash").splitlines() if line.strip()]
+    assert len(lines) == 7 and lines[-1].startswith("python -m beyondfit.play")
+    for line in lines[:-1]:
+        words = shlex.split(line)
+        assert words[:3] == ["python", "-m", "beyondfit"], line
+        given = dict(w.split("=", 1) for w in words[3:])
+        args = [f"{k}={v}" for k, v in {**given, **TINY}.items()]
+        done = cli(*args, cwd=tmp_path)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    (run_dir,) = [d for d in sorted((tmp_path / "outputs" / "pendulum").iterdir())][-1:]
+    words = shlex.split(lines[-1].replace("outputs/pendulum/DATE", str(run_dir)))
+    played = cli(*words[3:], module="beyondfit.play", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr
+    assert played.stdout.count("episode ") == 3
