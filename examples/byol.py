@@ -25,7 +25,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from beyondfit import Engine, SlowCopy, TensorBatches, Update
+from beyondfit import Engine, TensorBatches, Update
+from beyondfit.core.target import SlowCopy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from contrastive import linear_probe, seeded_digits, two_views  # the sibling example

@@ -520,7 +520,7 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     # ... and the run continues in one process, in the same directory.
     resumed = subprocess.run(
         [sys.executable, "-m", "beyondfit", "+task=regression", f"resume={run_dir}",
-         "train.epochs=4", "device=cpu", no_stop],
+         "train.epochs=4", "resume_extend=true", "device=cpu", no_stop],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import Engine, SlowCopy, Update
+from beyondfit import Engine, Update
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save, safe_load
+from beyondfit.core.target import SlowCopy
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector

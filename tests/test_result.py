@@ -22,7 +22,7 @@ from kit import cli
 SCRIPTED = '''
 import torch
 from beyondfit.core.early_stopping import EarlyStopping
-from beyondfit.tasks import Task
+from beyondfit import Task
 
 CURVES = {"dips": [0.1, 0.9, 0.9, 0.9, 0.9, 0.9], "flat": [0.5] * 6}
 

@@ -205,8 +205,8 @@ def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
 METERED = '''
 import torch
 from torchmetrics.regression import MeanAbsoluteError
-from beyondfit.data import TensorBatches
-from beyondfit.tasks import Task
+from beyondfit import TensorBatches
+from beyondfit import Task
 
 
 def build(seed: int = 0) -> Task:

@@ -275,8 +275,9 @@ def test_foreign_and_broken_resume_targets_are_one_line_before_training(tmp_path
     one_line_exit_2(results[3], f"checkpoint '{notes}' is truncated or corrupt, or not a "
                                       "checkpoint")
     one_line_exit_2(results[4], f"checkpoint '{noise}' is truncated or corrupt")
+    # A file without a checksum warns so first (a diagnostic, on stderr too), then the error.
     one_line_exit_2(results[5], "is not a whole training checkpoint (no updates, "
-                                      "counters, metrics)")
+                                "counters, metrics)", lines=2)
 
 
 def engine_and_data(optimizer: str = "adam", callbacks: tuple = (), nan_at: int | None = None):

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from beyondfit import Task
 from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.agents import OffPolicyAgent
@@ -26,7 +27,6 @@ from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit import Task
 from beyondfit.tasks.contract import UpdateSpec
 from beyondfit.tasks.policy_gradient import describe_wrappers, save_and_report
 
