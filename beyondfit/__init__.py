@@ -74,7 +74,6 @@ __all__ = [
     "EarlyStopping",
     "Engine",
     "MetricsFile",
-    "SlowCopy",
     "StopRule",
     "Task",
     "TensorBatches",

@@ -43,7 +43,8 @@ WORLD = 2
 # ---------------------------------------------------------------------- helpers, no group
 def test_launch_env_reads_torchrun_variables() -> None:
     assert launch_env({}) is None
-    env = launch_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"})
+    env = launch_env({"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1",
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"})
     assert (env.rank, env.local_rank, env.world_size) == (1, 1, 2)
 
 
@@ -65,6 +66,8 @@ def test_unknown_strategy_names_the_key_and_the_choices() -> None:
 def test_strategy_none_under_a_multi_process_launch_is_refused(monkeypatch) -> None:
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
     with pytest.raises(BeyondfitError, match=r"engine.strategy=none.*2 processes"):
         resolve_strategy("none")
 

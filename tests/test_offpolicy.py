@@ -173,6 +173,7 @@ TINY = ["task.total_env_steps=240", "task.replay.learning_starts=40", "task.eval
         "task.eval_every_env_steps=120", "task.hidden=[32,32]", "engine.log_every=20"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("algo", ["sac", "td3"])
 def test_cli_trains_and_plays_an_off_policy_algorithm(tmp_path: Path, algo: str) -> None:
     run = tmp_path / algo
@@ -187,6 +188,7 @@ def test_cli_trains_and_plays_an_off_policy_algorithm(tmp_path: Path, algo: str)
     assert "mean return" in played.stdout
 
 
+@pytest.mark.e2e
 def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(textwrap.dedent("""
         import torch
@@ -217,6 +219,7 @@ def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
     assert "Box" in bad.stderr
 
 
+@pytest.mark.e2e
 def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
     import test_resume_cli as resume_kit
 
@@ -260,6 +263,7 @@ def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) 
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
 
 
+@pytest.mark.e2e
 def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> None:
     from test_distributed import rows, torchrun
 
@@ -292,6 +296,7 @@ def test_off_policy_task_mistakes_are_one_line_errors(override: dict, message: s
         build(**{"loss": sac_loss(), "total_env_steps": 10, **override})
 
 
+@pytest.mark.e2e
 def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
     sweep = tmp_path / "sweep"
     launched = cli("-m", "+task=pendulum", "algo=sac", "seed=0,1", *TINY, *QUIET,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+import pytest
+
 from kit import cli
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -27,6 +29,19 @@ def block(kind: str) -> str:
     return body[: body.index("```")]
 
 
+@pytest.mark.e2e
+@pytest.mark.runs(
+    "python -m beyondfit +task=pendulum algo=sac",
+    "python -m beyondfit +task=pendulum algo=td3",
+    "python -m beyondfit +task=hopper algo=sac task.total_env_steps=50000",
+    "python -m beyondfit +task=halfcheetah algo=sac task.replay.updates_per_step=2 "
+    "task.total_env_steps=50000",
+    "python -m beyondfit +task=pendulum algo=sac task.env=MountainCarContinuous-v0 "
+    "task.total_env_steps=50000",
+    "python -m beyondfit +task=pendulum algo=sac task.loss._target_=mymod.my_loss",
+    "python -m beyondfit.play outputs/pendulum/DATE --episodes 3",
+    "conf/algo/sac.yaml", "conf/algo/td3.yaml",
+)
 def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(block("python"))
     lines = [line.split("  #")[0].strip() for line in block("bash").splitlines() if line.strip()]

@@ -1,7 +1,6 @@
 """The one step engine: every kind of learning goes through :class:`Engine`.
 
-This module is the loop: epochs, evaluation, callbacks, state. What one micro-batch does
-(closure, backward, clipping, optimizer steps) is :mod:`beyondfit.core.step`.
+The loop: epochs, evaluation, callbacks, state; one micro-batch is :mod:`beyondfit.core.step`.
 
 A *step* here is one engine step: ``accumulate`` micro-batches (calls of the loss closure),
 after which every optimizer due in it steps once. ``global_step``, ``max_steps``,
