@@ -317,3 +317,18 @@ def nonfinite_entries(named: Iterable[tuple[str, Any]], limit: int = 5) -> list[
         return []
     finite = torch.stack([flag.to(flags[0].device) for flag in flags]).tolist()
     return [name for name, ok in zip(names, finite) if not ok][:limit]
+
+
+def is_plain_extra_state(name: str, value: object) -> bool:
+    """A module's ``get_extra_state`` entry of a state dict (``NAME._extra_state``) holding
+    plain data only (numbers, strings, booleans, None, lists and string-keyed dicts of them),
+    as :class:`~beyondfit.core.target.SlowCopy` saves its call counter: not a tensor, but data.
+    """
+    def plain(v: object) -> bool:
+        if v is None or isinstance(v, bool | int | float | str):
+            return True
+        if isinstance(v, list | tuple):
+            return all(plain(x) for x in v)
+        return isinstance(v, dict) and all(isinstance(k, str) and plain(x) for k, x in v.items())
+
+    return name.endswith("_extra_state") and plain(value)

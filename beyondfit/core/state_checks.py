@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import nonfinite_entries
+from beyondfit.core.serialization import is_plain_extra_state, nonfinite_entries
 
 #: The largest counter a checkpoint may hold: far beyond any run (2**40 steps).
 MAX_COUNT = 1 << 40
@@ -102,7 +102,7 @@ def _check(state: Mapping[str, Any], engine: Any) -> None:
                     "at most counters.global_step")
     weights = state["model"]
     for name, value in weights.items():
-        if not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor) and not is_plain_extra_state(name, value):
             raise _fail(f"model.{name}", type(value).__name__, "a tensor")
     params = [name for name, _ in engine.model.named_parameters()]
     bad = nonfinite_entries((f"model.{n}", weights[n]) for n in params if n in weights)

@@ -25,7 +25,12 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import mismatched_keys, nonfinite_entries, safe_load
+from beyondfit.core.serialization import (
+    is_plain_extra_state,
+    mismatched_keys,
+    nonfinite_entries,
+    safe_load,
+)
 from beyondfit.rl.envs import action_converter, env_spec, missing_dependency
 from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
@@ -57,7 +62,7 @@ def load_policy(
             probe = build_policy(meta, env)
         problems = mismatched_keys(probe.state_dict(), state["model"])
         problems += [f"{k} is not a tensor" for k, v in state["model"].items()
-                     if not isinstance(v, torch.Tensor)]
+                     if not isinstance(v, torch.Tensor) and not is_plain_extra_state(k, v)]
         if problems:
             raise BeyondfitError(f"{source} was refused: its weights do not fit its policy entry "
                                  f"({'; '.join(problems[:4])})")
