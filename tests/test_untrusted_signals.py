@@ -54,3 +54,32 @@ def test_a_second_ctrl_c_soon_after_the_first_exits_130_without_traceback(
     said = err.read_text()
     assert code == 130, said
     assert "Traceback" not in said and "KeyboardInterrupt" not in said, said
+
+
+LATE_CTRL_C = """
+import os, signal, sys, time, types
+
+class Late:  # torn down with the modules, after every atexit hook: Python's last moments
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+
+holder = types.ModuleType("late_holder")
+holder.late = Late()
+sys.modules["late_holder"] = holder
+sys.argv = ["beyondfit", "+task=no_such_task"]
+from beyondfit.cli.app import main
+main()
+"""
+
+
+def test_a_ctrl_c_in_the_last_moments_of_shutdown_is_ignored_not_fatal(tmp_path: Path) -> None:
+    # Python's finalization puts SIG_DFL back for a Python SIGINT handler; a Ctrl-C landing
+    # after that (torch's C++ teardown) killed the process with -2 instead of its status. The
+    # command line's last atexit hook ignores SIGINT, which finalization leaves ignored.
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", LATE_CTRL_C], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    # The run's own status (an unknown task): not -2 (killed), nor 130 (the SIGINT handled).
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -9,6 +9,7 @@ at once; torch loads only for a run (``tests/test_startup.py`` holds this).
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import shlex
@@ -230,6 +231,10 @@ def main() -> None:
         # while the handler is being switched is caught too.
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            # The last atexit hook (atexit runs the first registered last) ignores SIGINT:
+            # Python's finalization then puts SIG_DFL back for a Python handler, and a Ctrl-C
+            # landing after that killed the process (status -2, not 130). Ignored stays ignored.
+            atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
         _main()
     except KeyboardInterrupt:
         interrupted()
