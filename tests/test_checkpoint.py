@@ -251,8 +251,8 @@ def test_stale_temp_files_are_removed_and_newer_files_set_aside(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "kwargs, key",
-    [({"every": 0}, "checkpoint.every=0"), ({"keep": 0}, "checkpoint.keep=0"),
-     ({"mode": "avg"}, "checkpoint.mode='avg'"), ({"every": 2.5}, "checkpoint.every=2.5")],
+    [({"every": 0}, "every=0"), ({"keep": 0}, "keep=0"),
+     ({"mode": "avg"}, "mode='avg'"), ({"every": 2.5}, "every=2.5")],
 )
 def test_bad_checkpointer_settings_are_named(tmp_path: Path, kwargs: dict, key: str) -> None:
     with pytest.raises(BeyondfitError, match=re.escape(key)):

@@ -15,7 +15,7 @@ from kit import ROOT, cli, cli_batch
 
 # checkpoint.monitor names a metric the run never logs: a WARNING at the end of the run.
 WARNED = ("+task=regression", "train.epochs=1", "checkpoint.monitor=no_such", "plots=false")
-WARNING = "WARNING: checkpoint.monitor='no_such' was never logged"
+WARNING = "WARNING: checkpoint monitor 'no_such' was never logged"
 
 
 def shell(command: str, cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -58,9 +58,13 @@ def test_bad_launch_variables_are_clear_errors(environ: dict[str, str]) -> None:
         launch_env(environ)
 
 
-def test_unknown_strategy_names_the_key_and_the_choices() -> None:
-    with pytest.raises(BeyondfitError, match=r"engine.strategy='fsdp'.*auto.*none.*ddp"):
+def test_unknown_strategy_names_the_argument_and_the_choices() -> None:
+    from beyondfit.cli.schema import in_config_words
+
+    with pytest.raises(BeyondfitError, match=r"^strategy='fsdp'.*auto.*none.*ddp") as info:
         resolve_strategy("fsdp")
+    # The command line says it in its own words (the schema's check is the same rule).
+    assert in_config_words(info.value).startswith("engine.strategy='fsdp'")
 
 
 def test_strategy_none_under_a_multi_process_launch_is_refused(monkeypatch) -> None:
@@ -68,8 +72,11 @@ def test_strategy_none_under_a_multi_process_launch_is_refused(monkeypatch) -> N
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
     monkeypatch.setenv("MASTER_PORT", "29500")
-    with pytest.raises(BeyondfitError, match=r"engine.strategy=none.*2 processes"):
+    from beyondfit.cli.schema import in_config_words
+
+    with pytest.raises(BeyondfitError, match=r"^strategy='none'.*2 processes") as info:
         resolve_strategy("none")
+    assert in_config_words(info.value).startswith("engine.strategy='none'")
 
 
 def test_auto_is_one_process_outside_torchrun(monkeypatch) -> None:

@@ -59,7 +59,10 @@ def test_raise_names_the_step_and_term_and_keeps_the_last_good_checkpoint(
         engine.fit(make_batches(poison=(6,), value=value), epochs=1)  # batch 7 = step 7
     message = str(info.value)
     assert "non-finite loss, aux at optimizer step 7 (epoch 1, batch 7)" in message
-    assert "engine.on_nonfinite=skip" in message
+    assert "set on_nonfinite='skip'" in message  # the Python argument; on the command line:
+    from beyondfit.cli.schema import in_config_words
+
+    assert "set engine.on_nonfinite='skip'" in in_config_words(info.value)
     assert engine.global_step == 6
     # Nothing was written after the bad step; the last good files are byte-identical.
     assert sorted(good) == ["step-00000004.pt", "step-00000006.pt"]

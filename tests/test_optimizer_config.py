@@ -49,8 +49,10 @@ def test_fused_falls_back_where_there_is_no_fused_kernel(target, caplog):
 def test_other_bad_options_still_fail_with_one_clear_message():
     with pytest.raises(BeyondfitError, match="optimizer options are invalid"):
         build(_target_="torch.optim.Adam", lr=1e-3, fused=True, momentum=0.9)
-    with pytest.raises(BeyondfitError, match="learning rate must be a positive number"):
-        build(_target_="torch.optim.Adam", lr=0.0)
+    from beyondfit.cli.schema import check_learning_rate
+
+    with pytest.raises(BeyondfitError, match=r"optimizer.lr=0.0; it must be a number > 0"):
+        check_learning_rate(0.0)  # with the config, before any builder
 
 
 def test_rl_tasks_ask_for_the_fused_optimizer_and_others_can_swap_it():

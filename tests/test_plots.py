@@ -121,8 +121,10 @@ def test_callback_draws_at_fit_end_through_the_api(tmp_path: Path) -> None:
 def test_plots_setting_is_checked_and_matplotlib_is_optional(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from beyondfit.cli.schema import check_config
+
     with pytest.raises(BeyondfitError, match=r"plots='sometimes'; use auto, true or false"):
-        output_callbacks(config("plots=sometimes"), tmp_path)
+        check_config(config("plots=sometimes"))  # with the config, before any builder
     assert not any(
         isinstance(c, CurvesPlot) for c in output_callbacks(config("plots=false"), tmp_path)
     )

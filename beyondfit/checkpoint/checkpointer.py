@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
-from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode
+from beyondfit.core.options import check_option
 from beyondfit.core.serialization import nonfinite_entries
 from beyondfit.core.state_checks import field_problem
 
@@ -99,19 +99,13 @@ class Checkpointer(Callback):
         mode: str = "min",
         extra: Mapping[str, Any] | None = None,
     ) -> None:
-        bad_every = isinstance(every, bool) or not isinstance(every, int) or every < 1
-        if every is not None and bad_every:
-            raise BeyondfitError(
-                f"checkpoint.every={every!r}; it must be a positive whole number of optimizer "
-                "steps, or null to save only at the end"
-            )
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise BeyondfitError(f"checkpoint.keep={keep!r}; it must be a whole number >= 1")
+        check_option("Checkpointer.every", every)  # optimizer steps; None: only at the end
+        check_option("Checkpointer.keep", keep)
         # The best value so far of the monitored metric (saved in checkpoints).
-        self.tracked = (Monitor(monitor, mode, owner="checkpoint", key="checkpoint.")
+        self.tracked = (Monitor(monitor, mode, owner="checkpoint", key="")
                         if monitor else None)
         if self.tracked is None:
-            check_mode(mode, "checkpoint.")  # a wrong mode is a mistake even unused
+            check_mode(mode)  # a wrong mode is a mistake even unused
         self.directory = Path(directory)
         self.every = every
         self.keep = keep
@@ -171,8 +165,8 @@ class Checkpointer(Callback):
             self._save_best(engine, saved)
         if self.monitor and self.best is None:
             log.warning(
-                "checkpoint.monitor=%r was never logged, so no %s was kept; monitor a "
-                "metric the run logs (see metrics.jsonl) or set checkpoint.monitor=null",
+                "checkpoint monitor %r was never logged, so no %s was kept; monitor a "
+                "metric the run logs (see metrics.jsonl) or none",
                 self.monitor, BEST_FILE,
             )
 

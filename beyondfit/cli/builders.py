@@ -78,13 +78,11 @@ def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Ta
 
 
 def build_optimizer(optimizer_cfg: DictConfig) -> Any:
-    """Instantiate the optimizer group as a factory ``params -> Optimizer``, checking ``lr``."""
+    """Instantiate the optimizer group as a factory ``params -> Optimizer`` (its ``lr`` was
+    checked with the config: :func:`beyondfit.cli.schema.check_learning_rate`)."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    lr = optimizer_cfg.get("lr")
-    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not lr > 0:
-        raise BeyondfitError(f"optimizer.lr={lr!r}; the learning rate must be a positive number")
     factory = instantiate(optimizer_cfg)
     has_fused = "fused" in optimizer_cfg
 
@@ -137,17 +135,10 @@ def build_scheduler(
 
 
 def engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
+    """The engine section as keyword arguments (its keys and values were checked with the
+    config: :func:`beyondfit.cli.schema.check_config`)."""
     options = OmegaConf.to_container(engine_cfg, resolve=True)
     assert isinstance(options, Mapping)
-    known = {
-        "precision", "clip_norm", "clip_value", "accumulate", "compile", "on_nonfinite",
-        "max_skips", "log_every", "track_grad_norm", "strategy",
-    }  # fmt: skip
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise BeyondfitError(
-            f"unknown engine option(s) {unknown}; known: {', '.join(sorted(known))}"
-        )
     return dict(options)
 
 
@@ -234,9 +225,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
         )
     ]
     callbacks += build_loggers(cfg, run_dir)
-    plots = str(cfg.get("plots", "auto")).lower()
-    if plots not in ("auto", "true", "false"):
-        raise BeyondfitError(f"plots={cfg.get('plots')!r}; use auto, true or false")
+    plots = str(cfg.get("plots", "auto")).lower()  # auto, true or false (the schema's check)
     if plots == "true" or (plots == "auto" and has_matplotlib()):
         # Drawn in another process: the command returns without waiting for matplotlib.
         callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg), background=True))

@@ -40,19 +40,18 @@ from beyondfit.cli.result import (
     write_result,
 )
 from beyondfit.cli.rundir import claim_run_dir, release_run_dir
-from beyondfit.cli.schema import check_config  # also registers the schema config.yaml names
+from beyondfit.cli.schema import (  # registers the schema
+    check_config,
+    in_config_words,
+)
 from beyondfit.core.callbacks import Callback, StopRule, Stopwatch
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
-from beyondfit.core.options import check_number
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 from beyondfit.tasks.contract import bind_updates
-
-#: The most intra-op threads a run may ask for (far more than any machine's cores).
-MAX_THREADS = 1024
 
 log = logging.getLogger("beyondfit")
 
@@ -74,6 +73,14 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     Returns the engine's history. Raises :class:`BeyondfitError` for anything the user
     can fix.
     """
+    try:
+        return _run(cfg, Path(run_dir))
+    except BeyondfitError as exc:
+        exc.args = (in_config_words(exc),)  # the library's argument names, as config keys
+        raise
+
+
+def _run(cfg: DictConfig, run_dir: Path) -> list[dict[str, float]]:
     started = time.perf_counter()
     if cfg.get("task") is None:
         raise BeyondfitError(no_task_message())
@@ -81,7 +88,6 @@ def run(cfg: DictConfig, run_dir: str | Path) -> list[dict[str, float]]:
     # Under torchrun every rank runs this with the same config and run_dir (rank 0 composed
     # both, beyondfit.distributed.share_job); only rank 0 creates or writes files.
     strategy = resolve_strategy((cfg.get("engine") or {}).get("strategy", "auto"))
-    run_dir = Path(run_dir)
     # One live run per directory (the command line took the lock before Hydra wrote there).
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
@@ -108,9 +114,7 @@ def _train(
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
         # cores (a sweep, a busy machine) make every op wait on the slowest thread.
-        # Far more threads than any machine has cores crash inside torch (no message).
-        check_number("threads", cfg.threads, integer=True, at_least=1, at_most=MAX_THREADS,
-                     example="threads=4")
+        # (The schema bounds the count: check_config above.)
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)

@@ -23,25 +23,35 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_number
+from beyondfit.core.options import OPTIONS, OptionError, Rule, check_number
 
 #: The name ``conf/config.yaml``'s defaults list gives the schema.
 SCHEMA_NAME = "beyondfit_schema"
+
+#: The most intra-op threads a run may ask for (far more than any machine's cores).
+MAX_THREADS = 1024
 
 # Seeds go to NumPy's legacy generator (0 .. 2**32 - 1) and to Gymnasium (non-negative).
 _SEED_MAX = 2**32 - 1
 
 
+def _option(option: str) -> dict[str, Any]:
+    # A key the library checks too: its rule is the library's (beyondfit.core.options).
+    return {"rule": OPTIONS[option], "option": option}
+
+
 def _number(**bounds: Any) -> dict[str, Any]:
-    return {"number": bounds}
+    # A key only the command line reads: its rule lives here.
+    return {"rule": Rule(**bounds)}
 
 
 def _choice(*allowed: Any) -> dict[str, Any]:
-    return {"choices": allowed}
+    return {"rule": Rule(choices=allowed)}
 
 
 # The fields have no defaults (MISSING): conf/config.yaml sets every value and says what it
-# means; a field's metadata holds its range (``number``) or its choices.
+# means; a field's metadata holds its rule, the library's own (``_option``) where a library
+# class takes the value, else the command line's (``_number``, ``_choice``).
 
 
 @dataclass
@@ -49,24 +59,24 @@ class EngineConfig:
     """``engine.*``: the step engine's options (:class:`beyondfit.core.engine.Engine`)."""
 
     precision: str = MISSING  # checked by the engine: 32 | bf16 | 16 (and spellings)
-    clip_norm: Optional[float] = field(default=MISSING, metadata=_number(above=0))
-    clip_value: Optional[float] = field(default=MISSING, metadata=_number(above=0))
-    accumulate: int = field(default=MISSING, metadata=_number(at_least=1))
+    clip_norm: Optional[float] = field(default=MISSING, metadata=_option("Update.clip_norm"))
+    clip_value: Optional[float] = field(default=MISSING, metadata=_option("Update.clip_value"))
+    accumulate: int = field(default=MISSING, metadata=_option("Engine.accumulate"))
     compile: bool = MISSING
-    on_nonfinite: str = field(default=MISSING, metadata=_choice("raise", "skip", "ignore"))
-    max_skips: int = field(default=MISSING, metadata=_number(at_least=1))
-    log_every: int = field(default=MISSING, metadata=_number(at_least=1))
+    on_nonfinite: str = field(default=MISSING, metadata=_option("Engine.on_nonfinite"))
+    max_skips: int = field(default=MISSING, metadata=_option("Engine.max_skips"))
+    log_every: int = field(default=MISSING, metadata=_option("Engine.log_every"))
     track_grad_norm: bool = MISSING
-    strategy: str = field(default=MISSING, metadata=_choice("auto", "none", "ddp"))
+    strategy: str = field(default=MISSING, metadata=_option("Engine.strategy"))
 
 
 @dataclass
 class TrainConfig:
     """``train.*``: how long to train, when to evaluate, when to stop early."""
 
-    epochs: int = field(default=MISSING, metadata=_number(at_least=1))
-    max_steps: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
-    eval_every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    epochs: int = field(default=MISSING, metadata=_option("fit.epochs"))
+    max_steps: Optional[int] = field(default=MISSING, metadata=_option("fit.max_steps"))
+    eval_every: Optional[int] = field(default=MISSING, metadata=_option("fit.eval_every"))
     stop: Optional[str] = MISSING  # parsed by StopRule
 
 
@@ -74,10 +84,10 @@ class TrainConfig:
 class CheckpointConfig:
     """``checkpoint.*``: when checkpoints are written and which is kept as best."""
 
-    every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
-    keep: int = field(default=MISSING, metadata=_number(at_least=1))
+    every: Optional[int] = field(default=MISSING, metadata=_option("Checkpointer.every"))
+    keep: int = field(default=MISSING, metadata=_option("Checkpointer.keep"))
     monitor: Optional[str] = MISSING
-    mode: str = field(default=MISSING, metadata=_choice("min", "max"))
+    mode: str = field(default=MISSING, metadata=_option("Monitor.mode"))
 
 
 @dataclass
@@ -85,16 +95,16 @@ class ObjectiveConfig:
     """``objective.*``: what a run returns to an optimizing sweeper (``+search=NAME``)."""
 
     metric: Optional[str] = MISSING
-    mode: str = field(default=MISSING, metadata=_choice("min", "max"))
+    mode: str = field(default=MISSING, metadata=_option("Monitor.mode"))
 
 
 @dataclass
 class ProgressConfig:
     """``progress.*``: the console's bar or epoch lines."""
 
-    bar: Any = field(default=MISSING, metadata=_choice("auto", True, False))
-    refresh: float = field(default=MISSING, metadata=_number(above=0))
-    every: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    bar: Any = field(default=MISSING, metadata=_option("progress_callback.bar"))
+    refresh: float = field(default=MISSING, metadata=_option("progress_callback.refresh"))
+    every: Optional[int] = field(default=MISSING, metadata=_option("progress_callback.every"))
     metrics: Optional[list[str]] = MISSING
 
 
@@ -104,18 +114,24 @@ class DebugConfig:
     ``+debug=fast|overfit|anomaly|profile``; :mod:`beyondfit.cli.debug`)."""
 
     resume_check: bool = MISSING
-    overfit_batches: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    overfit_batches: Optional[int] = field(default=MISSING,
+                                           metadata=_number(integer=True, at_least=1,
+                                                            allow_none=True))
     anomaly: bool = MISSING
-    profile: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    profile: Optional[int] = field(default=MISSING,
+                                   metadata=_number(integer=True, at_least=1, allow_none=True))
 
 
 @dataclass
 class BeyondfitConfig:
     """The whole config: the checked sections plus the free-form groups."""
 
-    seed: int = field(default=MISSING, metadata=_number(at_least=0, at_most=_SEED_MAX))
+    seed: int = field(default=MISSING,
+                      metadata=_number(integer=True, at_least=0, at_most=_SEED_MAX))
     device: str = MISSING  # checked by resolve_device: auto, cpu, cuda, cuda:N, mps
-    threads: Optional[int] = field(default=MISSING, metadata=_number(at_least=1))
+    # Far more threads than any machine has cores crash inside torch (no message).
+    threads: Optional[int] = field(default=MISSING, metadata=_number(
+        integer=True, at_least=1, at_most=MAX_THREADS, allow_none=True, example="threads=4"))
     resume: Optional[str] = MISSING
     resume_extend: bool = MISSING
     plots: Any = field(default=MISSING, metadata=_choice("auto", True, False))
@@ -187,28 +203,56 @@ def _check_section(schema: type, section: DictConfig, prefix: str) -> None:
             if isinstance(value, DictConfig):
                 _check_section(sub, value, f"{key}.")
             continue
-        bounds = spec.metadata.get("number")
-        if bounds is not None:
-            integer = _is_int(spec)
-            check_number(key, value, integer=integer, allow_none=_optional(spec), **bounds)
-        choices = spec.metadata.get("choices")
-        if choices is not None and not _one_of(value, choices):
-            allowed = ", ".join(str(c).lower() for c in choices)
-            raise BeyondfitError(f"{key}={value!r}; use one of {allowed}")
-
-
-def _is_int(spec: Any) -> bool:
-    return "int" in str(spec.type)
+        rule = spec.metadata.get("rule")
+        if rule is not None:
+            rule.check(key, value)
 
 
 def _optional(spec: Any) -> bool:
     return "Optional" in str(spec.type)
 
 
-def _one_of(value: Any, choices: tuple[Any, ...]) -> bool:
-    # Hydra reads `true` as a boolean, and a field typed Any keeps it one: compare as text.
-    text = str(value).lower()
-    return any(text == str(choice).lower() for choice in choices)
+# ---------------------------------------------------------------------- library words to keys
+def config_keys() -> dict[str, str]:
+    """``{OPTIONS key: config key}`` for every schema key the library checks too; an option
+    two keys share (``Monitor.mode``) maps to ``""``: its message cannot say which."""
+    keys: dict[str, str] = {}
+
+    def walk(schema: type, prefix: str) -> None:
+        for spec in fields(schema):
+            key = f"{prefix}{spec.name}"
+            if key in _SECTIONS:
+                walk(_SECTIONS[key], f"{key}.")
+            elif "option" in spec.metadata:
+                option = spec.metadata["option"]
+                keys[option] = "" if option in keys else key
+
+    walk(BeyondfitConfig, "")
+    return keys
+
+
+def in_config_words(exc: BeyondfitError) -> str:
+    """The message of an error the library raised, with its Python argument names replaced
+    by the config keys a command-line user typed: the one place that translates.
+
+    An :class:`~beyondfit.core.options.OptionError` names its option; other messages name an
+    argument in suggestions (``set on_nonfinite='skip'``), each replaced where exactly one key
+    holds it.
+    """
+    message = str(exc)
+    keys = config_keys()
+    if isinstance(exc, OptionError) and keys.get(exc.option) and message.startswith(
+            f"{exc.name}="):
+        message = keys[exc.option] + message[len(exc.name):]
+    for option, key in keys.items():
+        name = option.rpartition(".")[2]
+        if key and name not in _AMBIGUOUS:
+            message = re.sub(rf"(?<![\w.]){re.escape(name)}=", f"{key}=", message)
+    return message
+
+
+#: Argument names too common to replace inside a sentence.
+_AMBIGUOUS = {"every", "mode", "keep", "bar", "epochs", "refresh"}
 
 
 # ---------------------------------------------------------------------- Hydra's errors, one line
@@ -316,12 +360,11 @@ def _expected(key: str) -> str:
     if base.startswith("list"):
         return "a list such as [loss,val_loss]" + (" or null" if _optional(spec) else "")
     kind = _KIND.get(base, base)
-    bounds = spec.metadata.get("number") or {}
-    if bounds.get("at_least") == 1 and kind == "a whole number":
+    rule = spec.metadata.get("rule") or Rule()
+    if rule.at_least == 1 and kind == "a whole number":
         kind = "a positive whole number"
-    elif bounds.get("above") == 0:
+    elif rule.above == 0:
         kind = f"a positive {kind.removeprefix('a ')}"
-    choices = spec.metadata.get("choices")
-    if choices:
-        kind = "one of " + ", ".join(str(c).lower() for c in choices)
+    if rule.choices:
+        kind = "one of " + ", ".join(str(c).lower() for c in rule.choices)
     return kind + (" or null" if _optional(spec) else "")

@@ -15,13 +15,11 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.metrics import MetricTracker
-from beyondfit.core.options import check_number
+from beyondfit.core.options import check_option
 from beyondfit.core.state import TrainState
 
 log = logging.getLogger("beyondfit.core.engine")
 
-#: ``Engine(on_nonfinite=...)`` values.
-NONFINITE = ("raise", "skip", "ignore")
 
 
 class NonFiniteCheck:
@@ -33,11 +31,9 @@ class NonFiniteCheck:
     """
 
     def __init__(self, mode: str, max_skips: int) -> None:
-        if mode not in NONFINITE:
-            raise BeyondfitError(f"on_nonfinite={mode!r}; use one of {', '.join(NONFINITE)}")
-        self.mode = mode
+        self.mode = check_option("Engine.on_nonfinite", mode)
         self.enabled = mode != "ignore"  # read in the hot path: an attribute, not a call
-        self.max_skips = check_number("max_skips", max_skips, integer=True, at_least=1)
+        self.max_skips = check_option("Engine.max_skips", max_skips)
         self.consecutive = 0  # skips in a row; a kept micro-batch sets it back to 0
 
     def failed(self, name: str, logs: Mapping[str, Any], what: str, state: TrainState,
@@ -58,7 +54,7 @@ class NonFiniteCheck:
             )
             raise BeyondfitError(
                 f"non-finite {terms} at {where}{hint}; lower the learning rate, clip "
-                "gradients, check the data, or set engine.on_nonfinite=skip"
+                "gradients, check the data, or set on_nonfinite='skip'"
             )
         state.skipped_steps += 1
         self.consecutive += 1

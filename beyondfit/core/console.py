@@ -19,14 +19,13 @@ from collections.abc import Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
-from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_option
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
 
 log = logging.getLogger("beyondfit")
 
-_BAR_CHOICES = ("auto", "true", "false")
 
 
 def format_logs(logs: Mapping[str, float], skip: tuple[str, ...] = ("epoch", "step")) -> str:
@@ -94,9 +93,7 @@ def in_notebook() -> bool:
 def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
     """Resolve ``progress.bar``: ``auto`` means "stdout is a terminal, or a Jupyter
     notebook's output"; true/false force it."""
-    choice = str(bar).lower()
-    if choice not in _BAR_CHOICES:
-        raise BeyondfitError(f"progress.bar={bar!r}; use auto, true or false")
+    choice = str(check_option("progress_callback.bar", bar)).lower()
     if choice != "auto":
         return choice == "true"
     if stream is None and in_notebook():
@@ -128,6 +125,7 @@ def progress_callback(
         stream: where the bar goes (default ``sys.stdout``, where Hydra's console log goes).
     """
     _check_refresh(refresh)
+    check_option("progress_callback.every", every)
     if wants_bar(bar, stream):
         return ProgressBar(
             epochs, every=every, refresh=refresh, max_steps=max_steps, metrics=metrics,
@@ -138,10 +136,7 @@ def progress_callback(
 
 
 def _check_refresh(refresh: Any) -> None:
-    if isinstance(refresh, bool) or not isinstance(refresh, (int, float)) or not refresh > 0:
-        raise BeyondfitError(
-            f"progress.refresh={refresh!r}; it must be a positive number of seconds"
-        )
+    check_option("progress_callback.refresh", refresh)
 
 
 class ProgressBar(ConsoleLogger):

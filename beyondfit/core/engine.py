@@ -27,7 +27,7 @@ from beyondfit.core.evaluation import Evaluation
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.logs import visible_logs
 from beyondfit.core.metrics import MetricTracker
-from beyondfit.core.options import check_number
+from beyondfit.core.options import check_option
 from beyondfit.core.precision import Precision
 from beyondfit.core.state import Checkpointable, Counter, TrainState
 from beyondfit.core.step import Window
@@ -115,8 +115,8 @@ class Engine(Checkpointable):
         strategy: str | Strategy = "auto",
     ) -> None:
         guards.model(model)  # a module, without meta tensors
-        for name, value in (("accumulate", accumulate), ("log_every", log_every)):
-            check_number(name, value, integer=True, at_least=1)
+        check_option("Engine.accumulate", accumulate)
+        check_option("Engine.log_every", log_every)
         check = NonFiniteCheck(on_nonfinite, max_skips)
         updates = build_updates(
             loss_fn, optimizer, scheduler, clip_norm, clip_value, track_grad_norm
@@ -217,9 +217,9 @@ class Engine(Checkpointable):
         Returns the history: one dict of floats per epoch (train means, ``lr``, ``val_``
         values, ``epoch``, ``step``). A KeyboardInterrupt leaves the last whole step's state.
         """
-        check_number("epochs", epochs, integer=True, at_least=1, allow_none=True)
-        check_number("max_steps", max_steps, integer=True, at_least=1, allow_none=True)
-        check_number("eval_every", eval_every, integer=True, at_least=1, allow_none=True)
+        check_option("fit.epochs", epochs)
+        check_option("fit.max_steps", max_steps)
+        check_option("fit.eval_every", eval_every)
         if not isinstance(train_data, Iterable):
             raise BeyondfitError(
                 f"train_data must be an iterable of batches, got {type(train_data).__name__}"

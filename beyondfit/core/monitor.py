@@ -12,10 +12,7 @@ import math
 from collections.abc import Iterable, Mapping
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_number
-
-#: The directions a monitored metric can improve in.
-MODES = ("min", "max")
+from beyondfit.core.options import check_number, check_option
 
 
 class Monitor:
@@ -90,9 +87,7 @@ class Monitor:
 
 def check_mode(mode: str, key: str = "") -> str:
     """``mode`` if it is ``"min"`` or ``"max"``; an error naming ``{key}mode`` otherwise."""
-    if mode not in MODES:
-        raise BeyondfitError(f"{key}mode={mode!r}; use min or max")
-    return mode
+    return check_option("Monitor.mode", mode, f"{key}mode")
 
 
 def worst_value(mode: str) -> float:

@@ -1,18 +1,96 @@
-"""One check for every numeric option: a wrong value is one clear error naming the key.
+"""Every option's rule, once: :data:`OPTIONS` holds what each option of the library's classes
+accepts, and :func:`check_number` is the one check for numbers.
 
-``check_number("clip_norm", 0.0, above=0)`` raises
-``BeyondfitError("clip_norm=0.0; it must be a number > 0")``. Booleans are refused even
-though Python counts them as integers (``accumulate=True`` is a mistake, not ``1``), and so
-are NaN, infinities and numbers beyond float32's range unless ``finite=False``: every option
-ends up in float32 arithmetic (``clip_value=1e300`` would fail inside ``torch.clamp``).
+``check_option("Engine.clip_norm", 0.0)`` raises ``OptionError("clip_norm=0.0; it must be a
+positive number or None")``: library code names its Python argument. The command line's schema
+(``cli/schema.py``) refers to the same entries for ``engine.clip_norm`` and the other keys, so
+a config value is checked by the same rule before anything is built, in the config's words; an
+error the library raises later is translated to config keys in one place
+(:func:`beyondfit.cli.schema.in_config_words`).
+
+Booleans are refused even though Python counts them as integers (``accumulate=True`` is a
+mistake, not ``1``), and so are NaN, infinities and numbers beyond float32's range unless
+``finite=False``: every option ends up in float32 arithmetic (``clip_value=1e300`` would fail
+inside ``torch.clamp``).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
+
+
+class OptionError(BeyondfitError):
+    """A value an option does not accept; ``option`` is its :data:`OPTIONS` key (or ``""``
+    for an option outside the table), ``name`` the argument the message names."""
+
+    def __init__(self, message: str, option: str = "", name: str = "") -> None:
+        super().__init__(message)
+        self.option, self.name = option, name
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one option accepts: a number within bounds (see :func:`check_number`), or one of
+    ``choices`` (compared as lower-case text: ``True`` and ``"true"`` are one choice)."""
+
+    integer: bool = False
+    above: float | None = None
+    at_least: float | None = None
+    at_most: float | None = None
+    allow_none: bool = False
+    choices: tuple[Any, ...] = ()
+    example: str = ""  # a valid setting the message suggests
+
+    def check(self, name: str, value: Any, option: str = "") -> Any:
+        """``value`` if this rule accepts it, else an :class:`OptionError` naming ``name``."""
+        if self.choices:
+            if value is None and self.allow_none:
+                return value
+            text = str(value).lower()
+            if any(text == str(choice).lower() for choice in self.choices):
+                return value
+            *most, last = (str(c).lower() for c in self.choices)
+            allowed = f"{', '.join(most)} or {last}" if most else last
+            raise OptionError(f"{name}={value!r}; use {allowed}", option, name)
+        try:
+            return check_number(name, value, integer=self.integer, above=self.above,
+                                at_least=self.at_least, at_most=self.at_most,
+                                allow_none=self.allow_none, example=self.example or None)
+        except OptionError as exc:
+            raise OptionError(str(exc), option, name) from None
+
+
+#: The library's options that the command line exposes, by ``Owner.argument``: each rule here
+#: and nowhere else. The owner checks with it (``check_option``); ``cli/schema.py`` points its
+#: keys at these entries.
+OPTIONS: dict[str, Rule] = {
+    "Engine.accumulate": Rule(integer=True, at_least=1),
+    "Engine.log_every": Rule(integer=True, at_least=1),
+    "Engine.on_nonfinite": Rule(choices=("raise", "skip", "ignore")),
+    "Engine.max_skips": Rule(integer=True, at_least=1),
+    "Engine.strategy": Rule(choices=("auto", "none", "ddp"), allow_none=True),
+    "Update.clip_norm": Rule(above=0, allow_none=True),
+    "Update.clip_value": Rule(above=0, allow_none=True),
+    "fit.epochs": Rule(integer=True, at_least=1, allow_none=True),
+    "fit.max_steps": Rule(integer=True, at_least=1, allow_none=True),
+    "fit.eval_every": Rule(integer=True, at_least=1, allow_none=True),
+    "Checkpointer.every": Rule(integer=True, at_least=1, allow_none=True),
+    "Checkpointer.keep": Rule(integer=True, at_least=1),
+    "Monitor.mode": Rule(choices=("min", "max")),
+    "progress_callback.bar": Rule(choices=("auto", True, False)),
+    "progress_callback.refresh": Rule(above=0),
+    "progress_callback.every": Rule(integer=True, at_least=1, allow_none=True),
+}
+
+
+def check_option(option: str, value: Any, name: str | None = None) -> Any:
+    """Check ``value`` with ``OPTIONS[option]``; the message names ``name`` (default: the
+    argument, ``option``'s part after the dot)."""
+    return OPTIONS[option].check(name or option.rpartition(".")[2], value, option)
 
 #: The largest float32: a float option beyond it overflows once it meets a tensor.
 FLOAT32_MAX = 3.4028234663852886e38
@@ -52,9 +130,9 @@ def check_number(
         and not (math.isfinite(value) and abs(value) <= FLOAT32_MAX)
     )
     if out_of_range:
-        raise BeyondfitError(
+        raise OptionError(
             f"{name}={value!r}; it must be a finite number within float32's range "
-            f"(|x| <= {FLOAT32_MAX:.3g})" + (f", e.g. {example}" if example else "")
+            f"(|x| <= {FLOAT32_MAX:.3g})" + (f", e.g. {example}" if example else ""), name=name
         )
     if ok and above is not None and not value > above:
         ok = False
@@ -65,8 +143,8 @@ def check_number(
     if ok:
         return value
     what = _describe(integer, above, at_least, at_most)
-    raise BeyondfitError(f"{name}={value!r}; it must be {what}"
-                         + (f", e.g. {example}" if example else ""))
+    raise OptionError(f"{name}={value!r}; it must be {what}"
+                      + (f", e.g. {example}" if example else ""), name=name)
 
 
 def _describe(integer: bool, above: float | None, at_least: float | None,

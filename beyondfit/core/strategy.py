@@ -34,9 +34,8 @@ from torch import nn
 
 from beyondfit.core.device import resolve_device
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_option
 
-#: ``engine.strategy`` values.
-STRATEGIES = ("auto", "none", "ddp")
 # One stateless, reentrant no-op context for the hot path (no object per step).
 _NULL_CONTEXT = contextlib.nullcontext()
 
@@ -154,12 +153,8 @@ def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
     """``"auto"`` (DDP under a multi-process torchrun launch), ``"none"`` or ``"ddp"``."""
     if isinstance(strategy, Strategy):
         return strategy
-    name = "auto" if strategy is None else str(strategy).strip().lower()
-    if name not in STRATEGIES:
-        raise BeyondfitError(
-            f"engine.strategy={strategy!r}; use auto (DDP when torchrun starts several "
-            "processes), none or ddp"
-        )
+    name = str(check_option("Engine.strategy", strategy)).strip().lower()
+    name = "auto" if strategy is None else name
     # Deferred: the launch environment and DDP live a layer above the engine's package.
     from beyondfit.distributed.launch import launch_env, world_size
 
@@ -169,8 +164,8 @@ def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
         if several:
             count = max(world_size(), env.world_size if env else 1)
             raise BeyondfitError(
-                f"engine.strategy=none but this is one of {count} processes started by "
-                "torchrun; drop engine.strategy (auto) or start one process with python"
+                f"strategy='none' but this is one of {count} processes started by "
+                "torchrun; use strategy='auto' or start one process with python"
             )
         return Strategy()
     if name == "ddp" or several:

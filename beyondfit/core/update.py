@@ -34,7 +34,7 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
-from beyondfit.core.options import check_number
+from beyondfit.core.options import check_number, check_option
 
 LossFn = Callable[[nn.Module, Any], Any]
 
@@ -89,8 +89,8 @@ class Update:
         self.name = name
         self.loss_fn = loss_fn
         self.every = check_number(f"Update {name!r} every", every, integer=True, at_least=1)
-        self.clip_norm = check_number("clip_norm", clip_norm, above=0, allow_none=True)
-        self.clip_value = check_number("clip_value", clip_value, above=0, allow_none=True)
+        self.clip_norm = check_option("Update.clip_norm", clip_norm)
+        self.clip_value = check_option("Update.clip_value", clip_value)
         self.track_grad_norm = bool(track_grad_norm) or clip_norm is not None
         self.monitor = str(monitor)
         # With a ReduceLROnPlateau scheduler (bind): the value it steps on (it keeps its own
