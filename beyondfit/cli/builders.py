@@ -112,26 +112,14 @@ def build_optimizer(optimizer_cfg: DictConfig) -> Any:
     return build
 
 
-def build_scheduler(
-    scheduler_cfg: DictConfig | None, task: Task, train: DictConfig, accumulate: int
-) -> Any:
-    """The scheduler group as a factory ``optimizer -> scheduler``, told the run's length."""
+def build_scheduler(scheduler_cfg: DictConfig | None) -> Any:
+    """The scheduler group as a factory ``(optimizer, total_steps) -> scheduler``: ``fit``
+    tells it the run's length in optimizer steps on this rank's share of the data."""
     if not scheduler_cfg:
         return None
     from hydra.utils import instantiate
 
-    total = train.get("max_steps")
-    if total is None:
-        try:
-            per_epoch = -(-len(task.train_data) // int(accumulate))  # type: ignore[arg-type]
-        except TypeError:
-            raise BeyondfitError(
-                "the scheduler needs the run's length: the training data has none, so set "
-                "train.max_steps"
-            ) from None
-        total = per_epoch * int(train.epochs)
-    factory = instantiate(scheduler_cfg)
-    return lambda optimizer: factory(optimizer, total_steps=int(total))
+    return instantiate(scheduler_cfg)
 
 
 def engine_options(engine_cfg: DictConfig) -> dict[str, Any]:

@@ -121,8 +121,6 @@ def _train(
     task = build_task(cfg.task)
     if checks["overfit_batches"]:
         debug.overfit(task, int(checks["overfit_batches"]))
-    # This rank's shard, before the scheduler is told the run's length in steps.
-    task.train_data = strategy.shard_train(task.train_data)
     optimizer = build_optimizer(cfg.optimizer)
     train = cfg.train
     stopwatch = Stopwatch()  # first: the training time the summary gives
@@ -143,8 +141,8 @@ def _train(
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
     # A task with several optimizers (SAC) gets each built from the optimizer group.
-    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, optimizer, build_scheduler(
-        cfg.get("scheduler"), task, train, options.get("accumulate", 1)), options)
+    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, optimizer,
+                                                 build_scheduler(cfg.get("scheduler")), options)
     engine = Engine(
         task.model,
         loss_fn,

@@ -1,7 +1,6 @@
 """The one step engine: every kind of learning goes through :class:`Engine`.
 
 The loop: epochs, evaluation, callbacks, state; one micro-batch is :mod:`beyondfit.core.step`.
-
 A *step* here is one engine step: ``accumulate`` micro-batches (calls of the loss closure),
 after which every optimizer due in it steps once. ``global_step``, ``max_steps``,
 ``log_every``, ``eval_every`` and schedulers count steps, never micro-batches.
@@ -32,7 +31,7 @@ from beyondfit.core.precision import Precision
 from beyondfit.core.state import Checkpointable, Counter, TrainState
 from beyondfit.core.step import Window
 from beyondfit.core.strategy import Strategy, resolve_strategy
-from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint
+from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint, planned_steps
 
 log = logging.getLogger(__name__)
 
@@ -237,9 +236,10 @@ class Engine(Checkpointable):
                 "a ReduceLROnPlateau scheduler steps on a validation value: pass val_data, "
                 "or use a scheduler that follows the step count"
             )
-        # Under DDP: this rank's shard (DistributedSampler, TensorBatches.shard, ...).
-        train_data = self.strategy.shard_train(train_data)
-        self.train_data = train_data
+        # Under DDP this rank's shard (the one place data is sharded), then run-length schedulers.
+        self.train_data = train_data = self.strategy.shard_train(train_data)
+        for update in [u for u in self.updates if u.needs_run_length]:
+            update.schedule_over(planned_steps(train_data, epochs, max_steps, self.accumulate))
         if self._pending_data_state is not None and hasattr(train_data, "load_state_dict"):
             train_data.load_state_dict(self._pending_data_state)
         self._pending_data_state = None

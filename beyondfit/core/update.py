@@ -25,6 +25,7 @@ The rules the engine follows (see :class:`~beyondfit.core.engine.Engine`):
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -52,7 +53,9 @@ class Update:
             otherwise read from the optimizer.
         every: step this optimizer once every ``every`` engine steps (WGAN-GP's generator:
             ``every=5`` beside a critic stepping every time).
-        scheduler: an LR scheduler of this optimizer, or a callable ``optimizer -> scheduler``;
+        scheduler: an LR scheduler of this optimizer, or a callable ``optimizer -> scheduler``
+            (one with a ``total_steps`` parameter, such as ``beyondfit.core.schedules.cosine``,
+            is built when ``fit`` starts, told the run's optimizer steps on this rank's data);
             stepped when this optimizer steps. ``ReduceLROnPlateau`` is stepped after each
             evaluation with the value named by ``monitor`` instead.
         clip_norm: clip this optimizer's gradient norm (pre-clip norm logged as ``grad_norm``).
@@ -110,6 +113,7 @@ class Update:
         self.params: list[nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer = None  # type: ignore[assignment]
         self.scheduler: Any = None
+        self._scheduler_state: Any = None  # loaded before a run-length scheduler was built
         self.steps = 0  # times this optimizer stepped (saved in checkpoints)
         self.prefix = f"{name}/" if name else ""
 
@@ -148,6 +152,23 @@ class Update:
         if self.plateau:
             self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
                                    fix="set the Update's monitor= to one of them")
+
+    @property
+    def needs_run_length(self) -> bool:
+        """Is the scheduler a factory waiting for the run's length (:meth:`schedule_over`)?"""
+        return self.scheduler is None and wants_run_length(self._scheduler_arg)
+
+    def schedule_over(self, total_steps: int) -> None:
+        """Build the scheduler over ``total_steps`` optimizer steps (``fit``, once the data is
+        sharded); after a resume it continues from the checkpoint's scheduler state."""
+        lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.scheduler = self._scheduler_arg(self.optimizer, total_steps=total_steps)
+        if self._scheduler_state is not None:
+            # A scheduler sets its first LR when built: put back the checkpoint's.
+            for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
+                group["lr"] = lr
+            self.scheduler.load_state_dict(self._scheduler_state)
+            self._scheduler_state = None
 
     @property
     def plateau(self) -> bool:
@@ -197,6 +218,8 @@ class Update:
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
+        elif self._scheduler_state is not None:  # loaded, not yet built: kept as it was
+            state["scheduler"] = self._scheduler_state
         return state
 
     def load_state_dict(self, state: dict[str, Any], source: str) -> None:
@@ -210,6 +233,8 @@ class Update:
             ) from None
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
+        elif self.needs_run_length and "scheduler" in state:
+            self._scheduler_state = state["scheduler"]
         self.steps = int(state.get("steps", 0))
 
     def describe(self) -> str:
@@ -304,8 +329,32 @@ def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> Any:
     if hasattr(scheduler, "step") and hasattr(scheduler, "state_dict"):
         return scheduler
     if callable(scheduler):
-        return scheduler(optimizer)
+        return None if wants_run_length(scheduler) else scheduler(optimizer)
     raise BeyondfitError(
         f"scheduler must be an LR scheduler or a callable optimizer -> scheduler, "
         f"got {type(scheduler).__name__}"
     )
+
+
+def wants_run_length(scheduler: Any) -> bool:
+    """Is ``scheduler`` a factory with a ``total_steps`` parameter (built by ``fit``)?"""
+    if not callable(scheduler) or hasattr(scheduler, "step"):
+        return False
+    try:
+        return "total_steps" in inspect.signature(scheduler).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
+def planned_steps(data: Any, epochs: int | None, max_steps: int | None, accumulate: int) -> int:
+    """The optimizer steps a ``fit`` will take: ``max_steps``, or whole epochs of ``data``."""
+    if max_steps is not None:
+        return int(max_steps)
+    try:
+        per_epoch = -(-len(data) // accumulate)
+    except TypeError:
+        raise BeyondfitError(
+            "the scheduler needs the run's length: the training data has no len(), so pass "
+            "max_steps=N"
+        ) from None
+    return per_epoch * int(epochs or 1)

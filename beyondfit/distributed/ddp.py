@@ -117,9 +117,9 @@ class DDPStrategy(Strategy):
         """Disjoint, equally long parts: ``shard(rank, world)`` if the data has it, a
         ``DistributedSampler`` for map-style DataLoaders, rank-strided batches for sequences.
 
-        Idempotent: a shard is returned as it is (the command line shards before it builds
-        the scheduler, ``fit`` shards what it is given), so a ``shard`` method must be too:
-        called again with the same rank and world size it changes nothing.
+        Idempotent: a shard is returned as it is (``fit``, the one caller, shards what it is
+        given, and a second ``fit`` may be given the same data), so a ``shard`` method must be
+        too: called again with the same rank and world size it changes nothing.
         """
         if isinstance(data, ShardedBatches) or has_distributed_sampler(data):
             return data
