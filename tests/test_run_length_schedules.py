@@ -13,6 +13,7 @@ import torch
 
 from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, resume
 from beyondfit.core.schedules import cosine
+
 from kit import make_engine, sum_batches
 
 SCHEDULE = functools.partial(cosine, warmup_steps=2)
