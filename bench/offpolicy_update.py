@@ -9,9 +9,10 @@ Every contender updates from a filled replay buffer (sampling included, env step
 engine step of the command line's ``algo=sac`` / ``algo=td3`` (minibatches from its replay
 buffer), SB3's ``model.train(gradient_steps=N)`` after a short ``learn`` has filled its buffer,
 and :class:`bench.cleanrl_sac.CleanRLSAC`. Same sizes as the bench's runs: batch 256, SAC nets
-256x256 (lr 1e-3), TD3 as the tuned Pendulum config (``conf/tuning/td3_pendulum.yaml``) beside
-SB3's zoo nets (400x300). Rounds are interleaved (a round of every contender, then the next), the
-cost is the thread's CPU time per update, and the table gives the median round; torch threads 1.
+256x256 (lr 1e-3), TD3 as the tuned Pendulum config
+(``conf/experiment/tuned/pendulum_td3.yaml``) beside SB3's zoo nets (400x300). Rounds are
+interleaved (a round of every contender, then the next), the cost is the thread's CPU time per
+update, and the table gives the median round; torch threads 1.
 """
 
 from __future__ import annotations

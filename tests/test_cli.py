@@ -35,7 +35,7 @@ def test_help_lists_tasks_option_groups_and_usage() -> None:
     assert f"task: {', '.join(available('task'))}" in out
     assert f"experiment: {', '.join(available('experiment'))}" in out
     assert "logger: csv, mlflow, tensorboard, wandb" in out
-    assert "search: cartpole_optuna, regression_optuna" in out
+    assert "search: mlp_optuna, ppo_optuna" in out
     assert "optimizer: " in out and "scheduler: " in out
     assert "python -m beyondfit -m +task=regression seed=0,1,2" in out
     assert "python -m beyondfit.compare" in out

@@ -43,8 +43,9 @@ NOT_RUNNABLE = {
 
 
 def presets() -> list[str]:
-    """The shipped presets: each search, algo, task, experiment and debug config."""
-    groups = ("search", "algo", "task", "experiment", "debug")
+    """The shipped presets: each search, algo, task, experiment (tuned ones too), debug and
+    base config."""
+    groups = ("search", "algo", "task", "experiment", "experiment/tuned", "debug", "base")
     return sorted(
         str(p.relative_to(ROOT)) for group in groups for p in (ROOT / "conf" / group).glob("*.yaml")
     )

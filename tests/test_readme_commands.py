@@ -56,8 +56,12 @@ REINFORCEMENT = {
 }
 RL_PRESETS = ("conf/task/cartpole.yaml", "conf/task/acrobot.yaml", "conf/task/pendulum.yaml",
               "conf/task/lunarlander.yaml", "conf/task/hopper.yaml", "conf/task/halfcheetah.yaml",
-              "conf/algo/a2c.yaml", "conf/algo/ppo_acrobot.yaml", "conf/algo/ppo_pendulum.yaml",
-              "conf/algo/ppo_lunarlander.yaml", "conf/algo/ppo_mujoco.yaml")
+              "conf/base/rl.yaml", "conf/algo/a2c.yaml", "conf/algo/ppo.yaml",
+              "conf/experiment/tuned/cartpole_ppo.yaml", "conf/experiment/tuned/cartpole_a2c.yaml",
+              "conf/experiment/tuned/cartpole_reinforce.yaml",
+              "conf/experiment/tuned/acrobot_ppo.yaml", "conf/experiment/tuned/pendulum_ppo.yaml",
+              "conf/experiment/tuned/lunarlander_ppo.yaml", "conf/experiment/tuned/mujoco_ppo.yaml",
+              "conf/experiment/tuned/hopper_ppo.yaml", "conf/experiment/tuned/halfcheetah_ppo.yaml")
 SWEEPS = {
     "python -m beyondfit -m +experiment=cartpole_ppo_sweep": RL,
     "python -m beyondfit.compare multirun/cartpole/DATE --out reports/ppo": (),

@@ -41,6 +41,10 @@ def block(kind: str) -> str:
     "python -m beyondfit +task=pendulum algo=sac task.loss._target_=mymod.my_loss",
     "python -m beyondfit.play outputs/pendulum/DATE --episodes 3",
     "conf/algo/sac.yaml", "conf/algo/td3.yaml",
+    "conf/experiment/tuned/pendulum_sac.yaml", "conf/experiment/tuned/pendulum_td3.yaml",
+    "conf/experiment/tuned/mujoco_sac.yaml", "conf/experiment/tuned/hopper_sac.yaml",
+    "conf/experiment/tuned/halfcheetah_sac.yaml", "conf/experiment/tuned/mujoco_td3.yaml",
+    "conf/experiment/tuned/hopper_td3.yaml", "conf/experiment/tuned/halfcheetah_td3.yaml",
 )
 def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(block("python"))
@@ -53,6 +57,11 @@ def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
         args = [f"{k}={v}" for k, v in {**given, **TINY}.items()]
         done = cli(*args, cwd=tmp_path)
         assert done.returncode == 0, (line, done.stderr[-2000:])
+    for env in ("hopper", "halfcheetah"):  # TD3's MuJoCo presets, not in the README's lines
+        args = [f"{k}={v}" for k, v in {"+task": env, "algo": "td3", **TINY,
+                                           "task.confirm_episodes": "1"}.items()]
+        done = cli(*args, cwd=tmp_path)
+        assert done.returncode == 0, (env, done.stderr[-2000:])
     (run_dir,) = [d for d in sorted((tmp_path / "outputs" / "pendulum").iterdir())][-1:]
     words = shlex.split(lines[-1].replace("outputs/pendulum/DATE", str(run_dir)))
     played = cli(*words[3:], module="beyondfit.play", cwd=tmp_path)

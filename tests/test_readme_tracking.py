@@ -21,7 +21,7 @@ TRACKING = (
     "WANDB_MODE=offline python -m beyondfit +task=regression 'logger=[csv,wandb]'",
 )
 SEARCH = (
-    "python -m beyondfit -m +search=cartpole_optuna",
+    "python -m beyondfit -m +task=cartpole +search=ppo_optuna task.total_env_steps=15000",
     "python -m beyondfit -m +task=regression hydra/sweeper=optuna hydra.sweeper.n_trials=4 "
     "'optimizer.lr=tag(log,interval(1e-4,1e-1))' train.epochs=20",
 )

@@ -165,8 +165,8 @@ def test_cli_solves_cartpole_and_play_loads_the_policy(tmp_path):
 @pytest.mark.parametrize(("task", "algo", "clip_norm", "lr"),
                          [("cartpole", "ppo", None, 0.005), ("cartpole", "a2c", 0.5, 0.003),
                           ("cartpole", "reinforce", 0.5, 0.003),
-                          ("acrobot", "ppo_acrobot", 0.5, 0.003),
-                          ("pendulum", "ppo_pendulum", 0.5, 0.001)])
+                          ("acrobot", "ppo", 0.5, 0.003), ("pendulum", "ppo", 0.5, 0.001),
+                          ("lunarlander", "a2c", None, 0.001)])  # untuned: the defaults
 def test_engine_and_optimizer_follow_the_chosen_algorithms_tuning(task, algo, clip_norm, lr):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf

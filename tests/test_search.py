@@ -33,9 +33,10 @@ def final(run_dir: Path, name: str) -> float:
 
 
 @pytest.mark.e2e
-@pytest.mark.runs("conf/search/regression_optuna.yaml")
+@pytest.mark.runs("conf/search/mlp_optuna.yaml")
 def test_three_trial_search_on_a_tiny_task_writes_optunas_results(tmp_path: Path) -> None:
-    result = search("+search=regression_optuna", "hydra.sweeper.n_trials=3", "train.epochs=3",
+    result = search("+task=regression", "+search=mlp_optuna", "hydra.sweeper.n_trials=3",
+                    "train.epochs=3",
                     cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = tmp_path / "sweep"
@@ -72,7 +73,8 @@ def test_a_diverged_trial_scores_the_worst_value_and_the_search_goes_on(tmp_path
 
 @pytest.mark.e2e
 def test_a_search_against_its_objective_stops_at_once_with_one_line(tmp_path: Path) -> None:
-    result = search("+search=regression_optuna", "objective.mode=max", cwd=tmp_path)
+    result = search("+task=regression", "+search=mlp_optuna", "objective.mode=max",
+                    cwd=tmp_path)
     assert result.returncode == 2
     errors = [line for line in result.stderr.splitlines() if line.startswith("beyondfit")]
     assert errors == [  # (Optuna itself logs that it created the study)
@@ -92,7 +94,7 @@ def test_a_missing_sweeper_plugin_says_what_to_install(
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if "optuna" in name else real(name, *a))  # fmt: skip
     with pytest.raises(SystemExit) as exit_info:
-        check_choices(["-m", "+search=cartpole_optuna"])
+        check_choices(["-m", "+search=ppo_optuna"])
     assert exit_info.value.code == 2
     assert 'pip install "beyondfit[search]"' in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -106,10 +108,10 @@ def compose_search(*overrides: str):
 
 
 @pytest.mark.e2e
-@pytest.mark.runs("conf/search/cartpole_optuna.yaml", "conf/algo/ppo.yaml")
+@pytest.mark.runs("conf/search/ppo_optuna.yaml", "conf/algo/ppo.yaml")
 def test_cartpole_preset_searches_ppos_settings_on_a_tiny_budget(tmp_path: Path) -> None:
     # The README's command, as typed, with two trials of 1,024 env steps each.
-    result = search("+search=cartpole_optuna", "hydra.sweeper.n_trials=2",
+    result = search("+task=cartpole", "+search=ppo_optuna", "hydra.sweeper.n_trials=2",
                     "task.total_env_steps=1024", "task.confirm_episodes=5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     sweep = tmp_path / "sweep"

@@ -7,9 +7,9 @@ closure (the algorithm: REINFORCE, A2C, PPO or your own) and a greedy evaluator 
 
 On the command line an algorithm is one file of the ``algo`` config group
 (``conf/algo/ppo.yaml``, picked with ``algo=ppo``): the loss factory and its options
-(``task.loss``), the collector settings (``task.collector``), whether the policy has a critic
-(``task.critic``), and the tuned learning rate and gradient clipping (``optimizer.lr``,
-``engine.clip_norm``), all in one place.
+(``task.loss``), the collector settings (``task.collector``) and whether the policy has a
+critic (``task.critic``); the learning rate and clipping tuned for a task are in
+``conf/experiment/tuned/TASK_ALGO.yaml``.
 """
 
 from __future__ import annotations
