@@ -35,14 +35,10 @@ from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.observers.plots import skipped_without_matplotlib
 from beyondfit.tasks.supervised import (
     auto_hidden,
-    early_stopping_callbacks,
     prepare_features,
     read_source,
     refuse_missing_target,
-    stopping_lines,
-    table_from_arrays,
     table_task,
-    write_preprocessing,
 )
 
 #: Early stopping when the task is built without saying (the yaml says the same): more
@@ -86,7 +82,7 @@ def build(
         label_smoothing: cross-entropy's label smoothing while training (validation loss is
             the plain cross-entropy).
     """
-    table = read_source(data, _digits)
+    table = read_source(data, "digits", digits)
     missing = str(dict(data or {}).get("missing") or "impute")
     labels, classes = class_labels(table)
     train_idx, val_idx = stratified_split(labels, val_fraction, seed)
@@ -113,7 +109,6 @@ def build(
         n_deep = n_in if encoder is None else encoder.n_out
         deep = mlp([n_deep, *widths, n_classes], dropout=dropout)
         model = deep if encoder is None else torch.nn.Sequential(encoder, deep)
-    callbacks = early_stopping_callbacks(early_stopping, monitor="val_loss", mode="min")
     accuracy = MulticlassAccuracy(num_classes=n_classes, average="micro")
     f1 = MulticlassF1Score(num_classes=n_classes, average="macro")
 
@@ -129,15 +124,14 @@ def build(
             metric.update(logits, target)
         return {"loss": loss, "accuracy": accuracy, "f1": f1}
 
-    def finish(engine: Engine, run_dir: Path) -> list[str]:
+    def summary(engine: Engine) -> str:
         acc = engine.last_val.get("val_accuracy", float("nan"))
         macro_f1 = engine.last_val.get("val_f1", float("nan"))
         baseline = logistic_regression_accuracy(x_train, y_train, x_val, y_val)
-        lines = [
-            f"validation accuracy: model {acc:.4f} | logistic regression {baseline} "
-            f"(same split, {len(y_val)} rows); macro-F1 {macro_f1:.4f}"
-        ]
-        lines += stopping_lines(callbacks)
+        return (f"validation accuracy: model {acc:.4f} | logistic regression {baseline} "
+                f"(same split, {len(y_val)} rows); macro-F1 {macro_f1:.4f}")
+
+    def details(engine: Engine, run_dir: Path) -> list[str]:
         with torch.inference_mode():
             engine.model.eval()
             predicted = engine.model(x_val.to(engine.device)).argmax(1).cpu().numpy()
@@ -146,18 +140,11 @@ def build(
         shown = ", ".join(f"{printable(name)} {r:.2f}"  # labels come from the user's file
                           for name, r in list(zip(classes, recall))[:20])
         more = f", ... ({n_classes} classes)" if n_classes > 20 else ""
-        lines.append(f"per-class validation recall: {shown}{more}")
-        lines += save_confusion_matrix(run_dir, matrix, classes)
-        lines.append(write_preprocessing(run_dir, features.record()))
-        return lines
+        return [f"per-class validation recall: {shown}{more}",
+                *save_confusion_matrix(run_dir, matrix, classes)]
 
-    return table_task(model, loss_fn, (x_train, y_train), (x_val, y_val), batch_size=batch_size,
-                      seed=seed, finish=finish, callbacks=callbacks)
-
-
-def _digits() -> Table:
-    x, y = digits()
-    return table_from_arrays("digits", x, y)
+    return table_task(model, loss_fn, features, (y_train, y_val), batch_size=batch_size,
+                      seed=seed, early_stopping=early_stopping, summary=summary, details=details)
 
 
 def class_labels(table: Table) -> tuple[np.ndarray, list[str]]:

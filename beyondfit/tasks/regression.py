@@ -11,7 +11,6 @@ columns are one-hot encoded and missing cells imputed (:mod:`beyondfit.data.enco
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,14 +27,10 @@ from beyondfit.nets import WideAndDeep, mlp
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
     auto_hidden,
-    early_stopping_callbacks,
     prepare_features,
     read_source,
     refuse_missing_target,
-    stopping_lines,
-    table_from_arrays,
     table_task,
-    write_preprocessing,
 )
 
 
@@ -64,7 +59,7 @@ def build(
         data: ``{"path": file.csv|file.npz, "target": COLUMN, "missing": impute|refuse}``;
             default: diabetes.
     """
-    table = read_source(data, _diabetes)
+    table = read_source(data, "diabetes", diabetes)
     missing = str(dict(data or {}).get("missing") or "impute")
     y = regression_target(table)
     train_idx, val_idx = split(len(table), val_fraction, seed)
@@ -98,7 +93,6 @@ def build(
                       "val_r2": float((1.0 - error / val_variance).mean())}
     else:
         model = mlp([n_in, *widths, n_out], dropout=dropout)
-    callbacks = early_stopping_callbacks(early_stopping, "val_loss", "min", start_logs)
 
     def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> Any:
         features, target = batch
@@ -111,21 +105,14 @@ def build(
         r2 = 1.0 - ((prediction - target) ** 2).mean(0) / val_variance
         return {"loss": mse, "r2": r2.mean()}
 
-    def finish(engine: Engine, run_dir: Path) -> list[str]:
+    def summary(engine: Engine) -> str:
         ols = least_squares_r2(x_train, y_train, x_val, y_val)
         r2 = engine.last_val.get("val_r2", float("nan"))
-        lines = [f"validation R2: model {r2:.4f} | ordinary least squares {ols:.4f} (same split)"]
-        lines += stopping_lines(callbacks)
-        lines.append(write_preprocessing(run_dir, features.record()))
-        return lines
+        return f"validation R2: model {r2:.4f} | ordinary least squares {ols:.4f} (same split)"
 
-    return table_task(model, loss_fn, (x_train, y_train), (x_val, y_val), batch_size=batch_size,
-                      seed=seed, finish=finish, callbacks=callbacks)
-
-
-def _diabetes() -> Table:
-    x, y = diabetes()
-    return table_from_arrays("diabetes", x, y)
+    return table_task(model, loss_fn, features, (y_train, y_val), batch_size=batch_size,
+                      seed=seed, early_stopping=early_stopping, start_logs=start_logs,
+                      summary=summary)
 
 
 def regression_target(table: Table) -> np.ndarray:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from beyondfit.data.batches import TensorBatches
 from beyondfit.data.encoding import FeatureEncoding, fit_encoding
 from beyondfit.data.tables import Column, Table, read_table
 from beyondfit.tasks.contract import Task
+
+if TYPE_CHECKING:
+    from beyondfit.core.engine import Engine
 
 log = logging.getLogger("beyondfit")
 
@@ -67,8 +70,13 @@ class Features:
         }
 
 
-def read_source(data: Mapping[str, Any] | None, default: Callable[[], Table]) -> Table:
-    """The user's table when ``data.path`` is set, else the task's bundled set."""
+def read_source(
+    data: Mapping[str, Any] | None,
+    name: str,
+    bundled: Callable[[], tuple[np.ndarray, np.ndarray]],
+) -> Table:
+    """The user's table when ``data.path`` is set, else the task's bundled set: the ``(x, y)``
+    arrays ``bundled()`` returns (:mod:`beyondfit.data.bundled`), as the table ``name``."""
     data = dict(data or {})
     unknown = sorted(set(data) - set(DATA_KEYS))
     if unknown:
@@ -78,7 +86,8 @@ def read_source(data: Mapping[str, Any] | None, default: Callable[[], Table]) ->
     if data.get("path"):
         target = data.get("target")
         return read_table(Path(str(data["path"])).expanduser(), None if target is None else target)
-    return default()
+    x, y = bundled()
+    return table_from_arrays(name, x, y)
 
 
 def table_from_arrays(
@@ -229,24 +238,43 @@ def write_preprocessing(run_dir: Path, record: Mapping[str, Any]) -> str:
 def table_task(
     model: torch.nn.Module,
     loss_fn: Callable[..., Any],
-    train: tuple[torch.Tensor, torch.Tensor],
-    val: tuple[torch.Tensor, torch.Tensor],
+    features: Features,
+    targets: tuple[torch.Tensor, torch.Tensor],
     *,
     batch_size: Any,
     seed: int,
-    finish: Callable[..., list[str]],
-    callbacks: list[Any],
+    early_stopping: Mapping[str, Any] | None,
+    summary: Callable[[Engine], str],
+    details: Callable[[Engine, Path], list[str]] | None = None,
+    start_logs: Mapping[str, float] | None = None,
 ) -> Task:
     """The :class:`~beyondfit.Task` of a table: shuffled training batches (``batch_size``
-    or the automatic size), and the whole validation split as one batch (exact metrics)."""
-    x_train, y_train = train
+    or the automatic size), and the whole validation split as one batch (exact metrics).
+
+    ``features`` and ``targets`` (training, validation) are the two splits. Early stopping
+    (``task.early_stopping``, see :func:`early_stopping_callbacks`) watches ``val_loss``;
+    ``start_logs`` are the starting weights' values, if the task knows them. The report is
+    ``summary`` (the model beside its baseline), what early stopping did, ``details`` (the
+    task's own lines and files) and where ``preprocessing.json`` went.
+    """
+    callbacks = early_stopping_callbacks(early_stopping, "val_loss", "min", start_logs)
+    y_train, y_val = targets
+
+    def finish(engine: Engine, run_dir: Path) -> list[str]:
+        lines = [summary(engine), *stopping_lines(callbacks)]
+        if details is not None:
+            lines += details(engine, run_dir)
+        lines.append(write_preprocessing(run_dir, features.record()))
+        return lines
+
     return Task(
         model=model,
         loss_fn=loss_fn,
         train_data=TensorBatches(
-            x_train, y_train, batch_size=auto_batch_size(batch_size, len(x_train)), seed=seed
+            features.train, y_train,
+            batch_size=auto_batch_size(batch_size, len(features.train)), seed=seed,
         ),
-        val_data=[val],
+        val_data=[(features.val, y_val)],
         finish=finish,
         callbacks=callbacks,
     )
