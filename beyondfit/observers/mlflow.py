@@ -17,16 +17,12 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.observers.tracking import (
-    DEFAULT_ARTIFACTS,
-    ExperimentTracker,
-    missing_package,
-    param_text,
-)
+from beyondfit.observers.tracking import ExperimentTracker, param_text, tracker_library
 
 # MLflow's batch limits (mlflow.utils.validation); 500 characters per value is the
 # smallest limit of the store versions in use (6000 since MLflow 2).
@@ -37,13 +33,10 @@ _STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
 
 def mlflow_module() -> Any:
     """``mlflow``, or a BeyondfitError saying how to install it."""
-    try:
-        import mlflow
-    except ImportError:
-        raise missing_package("mlflow", "mlflow", "mlflow") from None
-    return mlflow
+    return tracker_library("mlflow")
 
 
+@dataclass(eq=False, repr=False)
 class MLflowTracker(ExperimentTracker):
     """Record a beyondfit run as an MLflow run: config as params, rows as metrics, artifacts.
 
@@ -57,30 +50,24 @@ class MLflowTracker(ExperimentTracker):
         tags: extra tags; ``beyondfit.run_dir`` is always set to the run directory.
     """
 
+    tracking_uri: str | None = None
+    experiment: str = "beyondfit"
+    run_name: str | None = None
+    tags: Mapping[str, Any] | None = None
+
     kind = "mlflow"
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        config: Mapping[str, Any] | None = None,
-        artifacts: Sequence[str] = DEFAULT_ARTIFACTS,
-        end_at_fit_end: bool = True,
-        tracking_uri: str | None = None,
-        experiment: str = "beyondfit",
-        run_name: str | None = None,
-        tags: Mapping[str, Any] | None = None,
-    ) -> None:
+    def __post_init__(self) -> None:
+        """Import mlflow, check the options; the client is made when the run starts."""
         self.mlflow = mlflow_module()  # fail before training, not after
-        super().__init__(run_dir, config, artifacts, end_at_fit_end)
-        if not isinstance(experiment, str) or not experiment:
+        super().__post_init__()
+        if not isinstance(self.experiment, str) or not self.experiment:
             raise BeyondfitError(
-                f"logger.mlflow.experiment={experiment!r}; give the experiment's name, "
+                f"logger.mlflow.experiment={self.experiment!r}; give the experiment's name, "
                 "e.g. logger.mlflow.experiment=my_project"
             )
-        self.tracking_uri = tracking_uri
-        self.experiment = experiment
-        self.run_name = run_name or self.run_dir.resolve().name
-        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.run_name = self.run_name or self.run_dir.resolve().name
+        self.tags = {str(k): str(v) for k, v in (self.tags or {}).items()}
         self.client: Any = None
 
     def start_run(self, run_id: str | None) -> str:

@@ -23,13 +23,16 @@ library can delete logged values, so those steps hold the values of both attempt
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.observers.tensorboard import flatten
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -53,20 +56,33 @@ def missing_package(logger: str, package: str, extra: str) -> BeyondfitError:
     )
 
 
+def tracker_library(name: str) -> Any:
+    """The tracking library ``name`` (``mlflow``, ``wandb``), or the BeyondfitError of
+    :func:`missing_package` for ``logger=NAME`` when it is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise missing_package(name, name, name) from None
+
+
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """``{"optimizer": {"lr": 0.1}}`` -> ``{"optimizer.lr": 0.1}``; lists stay whole."""
-    flat: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flat_params(value, f"{name}."))
-        elif name not in _NOT_PARAMS:
-            flat[name] = value
-    return flat
+    """``{"optimizer": {"lr": 0.1}}`` -> ``{"optimizer.lr": 0.1}``; lists stay whole.
+
+    The dotted names of TensorBoard's HParams (:func:`~beyondfit.observers.tensorboard.flatten`),
+    less the keys that are no parameter (``resume``).
+    """
+    return {k: v for k, v in flatten(config, prefix).items() if k not in _NOT_PARAMS}
 
 
+# A dataclass (identity equality, object's repr), so that a subclass declares only its own
+# options: its constructor takes these four, then its fields, and keeps a signature of named
+# parameters, which the command line checks a logger section's options against.
+@dataclass(eq=False, repr=False)
 class ExperimentTracker(Callback):
     """Base of the trackers: the rows to log and when; subclasses talk to their library.
+
+    Subclasses are dataclasses too (``@dataclass(eq=False, repr=False)``) whose fields are
+    their options; their ``__post_init__`` calls this one's.
 
     Args:
         run_dir: the run directory (artifacts are found there).
@@ -77,17 +93,18 @@ class ExperimentTracker(Callback):
             own files (``policy.pt``), which happens after training.
     """
 
+    run_dir: str | Path
+    config: Mapping[str, Any] | None = None
+    artifacts: Sequence[str] = DEFAULT_ARTIFACTS
+    end_at_fit_end: bool = True
+
     rank_zero_only = True  # under DDP: one tracked run (rank 0's), not one per rank
     #: Its name in the logger group, for messages.
     kind = "tracker"
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        config: Mapping[str, Any] | None = None,
-        artifacts: Sequence[str] = DEFAULT_ARTIFACTS,
-        end_at_fit_end: bool = True,
-    ) -> None:
+    def __post_init__(self) -> None:
+        """Check ``artifacts``; ``run_dir`` as a Path, ``config`` as a dict."""
+        artifacts = self.artifacts
         if isinstance(artifacts, str):
             artifacts = [artifacts]
         if not all(isinstance(a, str) and a for a in artifacts):
@@ -95,10 +112,9 @@ class ExperimentTracker(Callback):
                 f"logger.{self.kind}.artifacts={list(artifacts)!r}; give a list of file "
                 "patterns relative to the run directory, e.g. ['*.png', 'policy.pt']"
             )
-        self.run_dir = Path(run_dir)
-        self.config = dict(config or {})
+        self.run_dir = Path(self.run_dir)
+        self.config = dict(self.config or {})
         self.artifacts = list(artifacts)
-        self.end_at_fit_end = end_at_fit_end
         #: The tracked run's id (saved in checkpoints; set before ``on_fit_start`` on resume).
         self.run_id: str | None = None
         self.active = False

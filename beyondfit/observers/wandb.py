@@ -14,11 +14,12 @@ run goes on from its checkpoint's step. What is recorded, and when:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.observers.tracking import DEFAULT_ARTIFACTS, ExperimentTracker, missing_package
+from beyondfit.observers.tracking import ExperimentTracker, tracker_library
 
 _MODES = ("online", "offline", "disabled")
 _EXIT_CODES = {"finished": 0, "failed": 1, "killed": 1}
@@ -26,13 +27,10 @@ _EXIT_CODES = {"finished": 0, "failed": 1, "killed": 1}
 
 def wandb_module() -> Any:
     """``wandb``, or a BeyondfitError saying how to install it."""
-    try:
-        import wandb
-    except ImportError:
-        raise missing_package("wandb", "wandb", "wandb") from None
-    return wandb
+    return tracker_library("wandb")
 
 
+@dataclass(eq=False, repr=False)
 class WandbTracker(ExperimentTracker):
     """Record a beyondfit run as a W&B run: config, rows at their step, artifacts.
 
@@ -48,33 +46,29 @@ class WandbTracker(ExperimentTracker):
             default, online).
     """
 
+    project: str = "beyondfit"
+    entity: str | None = None
+    name: str | None = None
+    group: str | None = None
+    tags: Sequence[str] | None = None
+    notes: str | None = None
+    mode: str | None = None
+
     kind = "wandb"
 
-    def __init__(
-        self,
-        run_dir: str | Path,
-        config: Mapping[str, Any] | None = None,
-        artifacts: Sequence[str] = DEFAULT_ARTIFACTS,
-        end_at_fit_end: bool = True,
-        project: str = "beyondfit",
-        entity: str | None = None,
-        name: str | None = None,
-        group: str | None = None,
-        tags: Sequence[str] | None = None,
-        notes: str | None = None,
-        mode: str | None = None,
-    ) -> None:
+    def __post_init__(self) -> None:
+        """Import wandb, check the options and gather ``wandb.init``'s."""
         self.wandb = wandb_module()  # fail before training, not after
-        super().__init__(run_dir, config, artifacts, end_at_fit_end)
-        if mode is not None and mode not in _MODES:
+        super().__post_init__()
+        if self.mode is not None and self.mode not in _MODES:
             raise BeyondfitError(
-                f"logger.wandb.mode={mode!r}; use {', '.join(_MODES)} "
+                f"logger.wandb.mode={self.mode!r}; use {', '.join(_MODES)} "
                 "(or null: WANDB_MODE, else online)"
             )
         self.init_options = {
-            "project": project, "entity": entity, "group": group, "notes": notes,
-            "tags": list(tags) if tags else None, "mode": mode,
-            "name": name or self.run_dir.resolve().name,
+            "project": self.project, "entity": self.entity, "group": self.group,
+            "notes": self.notes, "tags": list(self.tags) if self.tags else None,
+            "mode": self.mode, "name": self.name or self.run_dir.resolve().name,
         }  # fmt: skip
         self.run: Any = None
         self._step = 0
