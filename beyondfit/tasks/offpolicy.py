@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from beyondfit import Task
 from beyondfit.core.callbacks import Stopwatch
@@ -28,10 +27,7 @@ from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.tasks.contract import UpdateSpec
-from beyondfit.tasks.policy_gradient import describe_wrappers, save_and_report
-
-if TYPE_CHECKING:
-    from beyondfit.core.engine import Engine
+from beyondfit.tasks.policy_gradient import describe_wrappers, rl_finish
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
 REPLAY_DEFAULTS: dict[str, Any] = {
@@ -154,17 +150,9 @@ def build(
         callbacks.append(confirm)
     description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
                    "agent": _plain(options)}
-
-    def finish(engine: Engine, run_dir: Path) -> list[str]:
-        """Save the agent, close the envs, report the final greedy return."""
-        data.close()
-        evaluator.close()
-        if confirm is not None:
-            confirm.close()
-        return save_and_report(run_dir, model.state_dict(), description, engine, env,
-                               target_return, eval_episodes, data.env_steps, started,
-                               stopwatch=stopwatch, confirm=confirm)
-
+    finish = rl_finish(model, description, data, evaluator, env=env, target_return=target_return,
+                       eval_episodes=eval_episodes, started=started, stopwatch=stopwatch,
+                       confirm=confirm)
     per_eval = max(1, round(eval_every_env_steps * settings["updates_per_step"]))
     return Task(model=model, loss_fn=updates, train_data=data, val_data=evaluator,
                 eval_every=per_eval, finish=finish, callbacks=callbacks)

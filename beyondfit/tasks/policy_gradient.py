@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,10 @@ from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.schedules import env_step_schedules
 
 if TYPE_CHECKING:
+    import torch
+
     from beyondfit.core.engine import Engine
+    from beyondfit.rl.offpolicy import ReplayCollector
 
 #: ``task.collector`` options and their defaults (the collector's; the tuned values per
 #: algorithm live in ``conf/algo/*.yaml``).
@@ -191,6 +194,34 @@ def build(
                     "log_std_init": log_std_init, "critic": bool(critic),
                     "wrappers": describe_wrappers(wrappers),
                     "normalizer": None if normalizer is None else normalizer.describe()}
+    return Task(
+        model=policy,
+        loss_fn=loss,
+        train_data=data,
+        val_data=evaluator,
+        eval_every=rollouts_between_evals * data.batches_per_rollout,
+        finish=rl_finish(policy, architecture, data, evaluator, env=env,
+                         target_return=target_return, eval_episodes=eval_episodes,
+                         started=started, stopwatch=stopwatch, confirm=confirm),
+        callbacks=callbacks,
+    )
+
+
+def rl_finish(
+    model: torch.nn.Module,
+    description: Mapping[str, Any],
+    data: RolloutCollector | ReplayCollector,
+    evaluator: GreedyEvaluator,
+    *,
+    env: str,
+    target_return: float | None,
+    eval_episodes: int,
+    started: float,
+    stopwatch: Stopwatch,
+    confirm: ConfirmingEvaluation | None,
+) -> Callable[[Engine, Path], list[str]]:
+    """The RL tasks' ``finish``: close the envs (collector, evaluator, confirming evaluation),
+    then :func:`save_and_report` the model's weights and ``description``."""
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
@@ -198,19 +229,11 @@ def build(
         evaluator.close()
         if confirm is not None:
             confirm.close()
-        return save_and_report(run_dir, policy.state_dict(), architecture, engine, env,
+        return save_and_report(run_dir, model.state_dict(), description, engine, env,
                                target_return, eval_episodes, data.env_steps, started,
                                stopwatch=stopwatch, confirm=confirm)
 
-    return Task(
-        model=policy,
-        loss_fn=loss,
-        train_data=data,
-        val_data=evaluator,
-        eval_every=rollouts_between_evals * data.batches_per_rollout,
-        finish=finish,
-        callbacks=callbacks,
-    )
+    return finish
 
 
 def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
