@@ -24,7 +24,7 @@ import math
 import re
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -218,17 +218,11 @@ def _mean_std(values: Sequence[float]) -> str:
     return f"{_short(mean, 4)} ± {_short(statistics.stdev(values), 2)}"
 
 
-def table(settings: Sequence[Setting], names: Sequence[str]) -> str:
-    """A markdown table: one row per setting, final value of each metric as mean ± std."""
-    header = ["setting", "runs", *names]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for setting in settings:
-        cells = [f"`{setting.label}`", str(len(setting.runs))]
-        for name in names:
-            finals = [final_value(run, name) for run in setting.runs]
-            cells.append(_mean_std([v for v in finals if v is not None and math.isfinite(v)]))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+def _iqm_interval(values: Sequence[float]) -> str:
+    if not values:
+        return "–"
+    center, low, high = iqm_interval(values)
+    return f"{_short(center, 4)} [{_short(low, 4)}, {_short(high, 4)}]"
 
 
 def finals(setting: Setting, name: str) -> list[float]:
@@ -237,21 +231,27 @@ def finals(setting: Setting, name: str) -> list[float]:
     return [v for v in values if v is not None and math.isfinite(v)]
 
 
-def iqm_table(settings: Sequence[Setting], names: Sequence[str]) -> str:
-    """A markdown table: per setting and metric, the IQM of the final values [95% interval]."""
+def _finals_table(
+    settings: Sequence[Setting], names: Sequence[str], cell: Callable[[list[float]], str]
+) -> str:
+    """A markdown table: one row per setting, ``cell`` of each metric's :func:`finals`."""
     header = ["setting", "runs", *names]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for setting in settings:
         cells = [f"`{setting.label}`", str(len(setting.runs))]
-        for name in names:
-            values = finals(setting, name)
-            if not values:
-                cells.append("–")
-                continue
-            center, low, high = iqm_interval(values)
-            cells.append(f"{_short(center, 4)} [{_short(low, 4)}, {_short(high, 4)}]")
+        cells += [cell(finals(setting, name)) for name in names]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def table(settings: Sequence[Setting], names: Sequence[str]) -> str:
+    """A markdown table: one row per setting, final value of each metric as mean ± std."""
+    return _finals_table(settings, names, _mean_std)
+
+
+def iqm_table(settings: Sequence[Setting], names: Sequence[str]) -> str:
+    """A markdown table: per setting and metric, the IQM of the final values [95% interval]."""
+    return _finals_table(settings, names, _iqm_interval)
 
 
 def plot_scores(settings: Sequence[Setting], names: Sequence[str], out: Path) -> Path:

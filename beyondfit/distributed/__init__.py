@@ -29,28 +29,17 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
 
-if TYPE_CHECKING:
-    from beyondfit.distributed.ddp import DDPStrategy
-    from beyondfit.distributed.environ import LaunchEnv, launch_env
-    from beyondfit.distributed.launch import (
-        init_process_group,
-        rank,
-        rank_device,
-        shutdown,
-        world_size,
-    )
-    from beyondfit.distributed.model import DistributedModel
-    from beyondfit.distributed.sharding import ShardedBatches
+if TYPE_CHECKING:  # what type checkers see; "X as X" marks each as re-exported
+    from beyondfit.distributed.ddp import DDPStrategy as DDPStrategy
+    from beyondfit.distributed.environ import LaunchEnv as LaunchEnv
+    from beyondfit.distributed.environ import launch_env as launch_env
+    from beyondfit.distributed.launch import init_process_group as init_process_group
+    from beyondfit.distributed.launch import rank as rank
+    from beyondfit.distributed.launch import rank_device as rank_device
+    from beyondfit.distributed.launch import shutdown as shutdown
+    from beyondfit.distributed.launch import world_size as world_size
+    from beyondfit.distributed.model import DistributedModel as DistributedModel
+    from beyondfit.distributed.sharding import ShardedBatches as ShardedBatches
 
-__all__ = [
-    "DDPStrategy",
-    "DistributedModel",
-    "LaunchEnv",
-    "ShardedBatches",
-    "init_process_group",
-    "launch_env",
-    "rank",
-    "rank_device",
-    "shutdown",
-    "world_size",
-]
+# The public names are the lazy ones: listed once, in _EXPORTS.
+__all__ = sorted(_EXPORTS)
