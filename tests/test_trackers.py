@@ -290,8 +290,10 @@ def test_torchrun_tracks_once_from_rank_0_and_resume_continues_the_tracked_runs(
     loss = mlflow_history(uri, tracked.info.run_id, "loss")
     assert [s for s, _ in loss] == [2, 4, 6, 8, 10, 12]  # 6 steps per epoch per rank, once each
 
+    # The run finished its budget: extending it takes resume_extend (else "already finished").
     resumed = cli("+task=regression", "logger=[mlflow,wandb]", f"resume={run_dir}",
-                  "train.epochs=3", "engine.log_every=2", "device=cpu", "plots=false",
+                  "resume_extend=true", "train.epochs=3", "engine.log_every=2", "device=cpu",
+                  "plots=false",
                   cwd=tmp_path, env=env)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     (tracked,) = mlflow_runs(uri)  # the same MLflow run, continued
