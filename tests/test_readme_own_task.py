@@ -104,15 +104,10 @@ def my_loss(beta: float = 3.0, vf_coef: float = 0.5):
     return loss_fn
 '''
 
-USER_ALGO = (ROOT / "conf" / "algo" / "ppo.yaml").read_text().replace(
-    """    _target_: beyondfit.rl.losses.ppo_loss
-    clip_coef: 0.2
-    vf_coef: 0.5
-    ent_coef: 0.0
-    normalize_advantages: true
-""", """    _target_: mymod.my_loss
-    beta: 1.0
-""")
+# A copy of conf/algo/ppo.yaml whose task.loss block (every option of PPO's loss) is the user's.
+USER_LOSS = "\n  loss:\n    _target_: mymod.my_loss\n    beta: 1.0\n"
+USER_ALGO = re.sub(r"\n  loss:\n(    .*\n)+", USER_LOSS,
+                   (ROOT / "conf" / "algo" / "ppo.yaml").read_text())
 
 USER_ENVS = '''
 import gymnasium as gym
