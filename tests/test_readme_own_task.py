@@ -105,8 +105,8 @@ def my_loss(beta: float = 3.0, vf_coef: float = 0.5):
 '''
 
 # A copy of conf/algo/ppo.yaml whose task.loss block (every option of PPO's loss) is the user's.
-USER_LOSS = "\n  loss:\n    _target_: mymod.my_loss\n    beta: 1.0\n"
-USER_ALGO = re.sub(r"\n  loss:\n(    .*\n)+", USER_LOSS,
+LOSS_BLOCK = "\n  loss:\n    _target_: mymod.my_loss\n    beta: 1.0\n"
+USER_ALGO = re.sub(r"\n  loss:\n(    .*\n)+", LOSS_BLOCK,
                    (ROOT / "conf" / "algo" / "ppo.yaml").read_text())
 
 USER_ENVS = '''
