@@ -285,7 +285,7 @@ def _main() -> None:
         if not process_strategy().is_main:
             follow_jobs(_follow)
             shutdown()
-            return
+            leave_process(0)
     try:
         with compose_once(sys.argv[1:], user_config_dirs(sys.argv[1:])):
             run_hydra(_app)
@@ -299,7 +299,27 @@ def _main() -> None:
         from beyondfit.distributed.launch import shutdown
 
         shutdown()
-    end_sweep()  # a sweep with failed jobs lists them and exits non-zero
+    if env is None or env.world_size == 1:
+        end_sweep()  # a sweep with failed jobs lists them and exits non-zero
+        return
+    try:
+        end_sweep()
+    except SystemExit as exc:
+        leave_process(exc.code if isinstance(exc.code, int) else 1)
+    leave_process(0)
+
+
+def leave_process(code: int) -> None:
+    """End one torchrun rank: the atexit hooks (logging, trackers), then ``os._exit``.
+
+    Python's own exit would go on to destroy gloo's C++ threads, which now and then aborted the
+    process ("terminate called without an active exception", SIGABRT) after a run that had
+    finished and written everything, and torchrun then reported the run failed.
+    """
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
 
 
 def run_hydra(app: Callable[[], None]) -> None:
