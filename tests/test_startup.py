@@ -144,3 +144,19 @@ def test_a_command_line_run_returns_before_its_curves_are_drawn_and_they_still_a
     assert done.returncode == 0, done.stderr[-2000:]
     assert "drawn in the background" in done.stdout + done.stderr
     assert wait_for_file(tmp_path / "run" / "curves.png")
+
+
+@pytest.mark.e2e
+def test_the_background_plot_process_draws_without_importing_torch(tmp_path: Path) -> None:
+    # It runs after every run that plots; torch was most of its CPU time.
+    pytest.importorskip("matplotlib")
+    done = cli("+task=regression", "train.epochs=2", "plots=false", "hydra.run.dir=run",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    drawn = cli(str(tmp_path / "run"), cwd=tmp_path,
+                exe=(sys.executable, "-X", "importtime", "-m", "beyondfit.observers.plots"))
+    assert drawn.returncode == 0, drawn.stderr[-2000:]
+    assert (tmp_path / "run" / "curves.png").is_file()
+    names = {line.rsplit("|", 1)[1].strip() for line in drawn.stderr.splitlines()
+             if line.startswith("import time:") and line.count("|") == 2}
+    assert "matplotlib" in names and torch_modules(names) == []

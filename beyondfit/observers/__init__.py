@@ -8,11 +8,23 @@ Console lines and the progress bar live with the engine (:mod:`beyondfit.core.co
 TensorBoard (:mod:`beyondfit.observers.tensorboard`), plots (:mod:`beyondfit.observers.plots`)
 and the trackers (:mod:`beyondfit.observers.wandb`, :mod:`beyondfit.observers.mlflow`, on
 :mod:`beyondfit.observers.tracking`) are imported on demand: they pull in optional packages.
+
+The names below load on first use (:mod:`beyondfit.core.lazy`), so that the background plot
+process (``python -m beyondfit.observers.plots RUN_DIR``) reads ``metrics.jsonl`` and draws
+without importing torch: that import was most of its CPU time, for every run that plots.
 """
 
-from beyondfit.observers.files import CsvFile, RowWriter
+from __future__ import annotations
 
-__all__ = [
-    "CsvFile",
-    "RowWriter",
-]
+from typing import TYPE_CHECKING
+
+from beyondfit.core.lazy import lazy_exports
+
+_EXPORTS = {"CsvFile": "beyondfit.observers.files", "RowWriter": "beyondfit.observers.files"}
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+if TYPE_CHECKING:  # what type checkers see; "X as X" marks each as re-exported
+    from beyondfit.observers.files import CsvFile as CsvFile
+    from beyondfit.observers.files import RowWriter as RowWriter
+
+__all__ = sorted(_EXPORTS)
