@@ -86,13 +86,13 @@ def test_readme_tracking_commands(tmp_path: Path) -> None:
     assert offline.artifacts[0][2] == ["curves.png"]
 
 
-@pytest.mark.slow
 def epoch_rows_with_val_loss(run_dir: Path) -> int:
     """How many epoch rows of the run's ``metrics.jsonl`` carry a ``val_loss``."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return sum(row.get("kind") == "epoch" and "val_loss" in row for row in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.runs(*SEARCH)
 def test_readme_search_commands(tmp_path: Path) -> None:
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")
