@@ -119,3 +119,17 @@ def test_an_error_the_library_raises_later_reaches_the_command_line_in_its_words
     # Words in a sentence: an argument only one key holds.
     said = BeyondfitError("non-finite loss; lower the learning rate or set on_nonfinite='skip'")
     assert schema.in_config_words(said).endswith("set engine.on_nonfinite='skip'")
+
+
+def test_a_choice_is_returned_in_its_canonical_spelling(tmp_path: Path) -> None:
+    # "MIN" passes the rule as the command line's schema reads it, so the library must then
+    # compare "min", not "MIN" (which would otherwise act as "max").
+    from beyondfit.core.checks import NonFiniteCheck
+    from beyondfit.core.monitor import Monitor
+    from beyondfit.core.options import check_option
+
+    assert check_option("Monitor.mode", "MIN") == "min"
+    assert check_option("progress_callback.bar", "true") is True
+    assert Monitor("val_loss", "MIN").worst == float("inf")
+    assert Checkpointer(tmp_path, mode="MAX", monitor="val_acc").tracked.mode == "max"
+    assert NonFiniteCheck(" Raise ", 3).mode == "raise"

@@ -104,13 +104,11 @@ class Checkpointer(Callback):
         # The best value so far of the monitored metric (saved in checkpoints).
         self.tracked = (Monitor(monitor, mode, owner="checkpoint", key="")
                         if monitor else None)
-        if self.tracked is None:
-            check_mode(mode)  # a wrong mode is a mistake even unused
         self.directory = Path(directory)
         self.every = every
         self.keep = keep
         self.monitor = monitor or None
-        self.mode = mode
+        self.mode = check_mode(mode)  # a wrong mode is a mistake even with no monitor
         self.extra = dict(extra or {})
         self.best_step: int | None = None
         self.last_path: Path | None = None  # the newest file this run wrote

@@ -74,7 +74,7 @@ class EarlyStopping(Callback):
                 f"early stopping start_logs {dict(start_logs)} lack the monitored {monitor!r}"
             )
         self.monitor = monitor
-        self.mode = mode
+        self.mode = self.tracked.mode  # canonical
         self.patience = int(patience)
         self.min_delta = self.tracked.min_delta
         self.restore_best_weights = bool(restore_best_weights)

@@ -34,7 +34,7 @@ class Monitor:
         key = f"{owner} " if key is None else key
         if not isinstance(metric, str) or not metric:
             raise BeyondfitError(f"{key}monitor={metric!r}; name a logged metric")
-        check_mode(mode, key)
+        mode = check_mode(mode, key)  # canonical: "MAX" is "max"
         self.metric = metric
         self.mode = mode
         self.min_delta = float(check_number(f"{key}min_delta", min_delta, at_least=0))

@@ -35,7 +35,8 @@ class OptionError(BeyondfitError):
 @dataclass(frozen=True)
 class Rule:
     """What one option accepts: a number within bounds (see :func:`check_number`), or one of
-    ``choices`` (compared as lower-case text: ``True`` and ``"true"`` are one choice)."""
+    ``choices`` (compared as stripped lower-case text: ``True`` and ``"true"`` are one choice;
+    :meth:`check` returns the choice itself, so callers compare canonical values)."""
 
     integer: bool = False
     above: float | None = None
@@ -50,9 +51,10 @@ class Rule:
         if self.choices:
             if value is None and self.allow_none:
                 return value
-            text = str(value).lower()
-            if any(text == str(choice).lower() for choice in self.choices):
-                return value
+            text = str(value).strip().lower()
+            for choice in self.choices:
+                if text == str(choice).lower():
+                    return choice  # the canonical spelling: "MIN" is "min", "true" is True
             *most, last = (str(c).lower() for c in self.choices)
             allowed = f"{', '.join(most)} or {last}" if most else last
             raise OptionError(f"{name}={value!r}; use {allowed}", option, name)

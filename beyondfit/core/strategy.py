@@ -153,8 +153,7 @@ def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
     """``"auto"`` (DDP under a multi-process torchrun launch), ``"none"`` or ``"ddp"``."""
     if isinstance(strategy, Strategy):
         return strategy
-    name = str(check_option("Engine.strategy", strategy)).strip().lower()
-    name = "auto" if strategy is None else name
+    name = "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
     # Deferred: the launch environment and DDP live a layer above the engine's package.
     from beyondfit.distributed.launch import launch_env, world_size
 
