@@ -279,12 +279,58 @@ def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> 
     assert state["counters"]["global_step"] == 100  # (120 - 20 random steps) per rank, in lockstep
 
 
+def test_one_closure_gets_its_own_optimizer_settings_over_the_groups() -> None:
+    from functools import partial
+
+    from beyondfit.rl.offpolicy_losses import sac_loss
+    from beyondfit.tasks.contract import bind_updates
+    from beyondfit.tasks.offpolicy import build
+
+    task = build(loss=sac_loss(), total_env_steps=10,
+                 optimizers={"critic": {"lr": 2e-3}, "alpha": {"lr": 5e-4, "eps": 1e-5}})
+    group = partial(torch.optim.Adam, lr=1e-3, eps=1e-8)  # the optimizer group's factory
+    updates, _, _ = bind_updates(task.loss_fn, group, None, {})
+    settings = {}
+    for update in updates:
+        update.bind(None)
+        settings[update.name] = {k: update.optimizer.param_groups[0][k] for k in ("lr", "eps")}
+    assert settings == {"critic": {"lr": 2e-3, "eps": 1e-8}, "actor": {"lr": 1e-3, "eps": 1e-8},
+                        "alpha": {"lr": 5e-4, "eps": 1e-5}}
+    task.train_data.close()
+    task.val_data.close()
+
+
+def test_the_gaussian_actors_log_std_bounds_tanh_and_clamp() -> None:
+    from beyondfit.rl.agents import LOG_STD_RANGES, GaussianActor
+    from beyondfit.rl.policy_file import _LOG_STD_MODES
+
+    assert set(_LOG_STD_MODES) == set(LOG_STD_RANGES)  # what policy.pt may name, the agent builds
+
+    torch.manual_seed(0)
+    obs = torch.randn(512, 3) * 100  # large inputs drive the raw log-std to both bounds
+    for mode, (low, high) in LOG_STD_RANGES.items():
+        actor = GaussianActor(3, 2, (8,), log_std=mode)
+        log_std = actor._mean_log_std(obs)[1]
+        assert low <= log_std.min() and log_std.max() <= high
+        start = actor._mean_log_std(torch.zeros(1, 3))[1]
+        # tanh starts mid-range (std ~0.22), clamp near 0 (std ~1): SB3's starting point
+        expected = (low + high) / 2 if mode == "tanh" else 0.0
+        assert abs(start.mean().item() - expected) < 1.0
+        action, log_prob = actor.sample(obs[:4])
+        assert action.abs().max() <= 1 and torch.isfinite(log_prob).all()
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ({"normalize": True}, r"task\.normalize=True: running normalization"),
     ({"replay": {"nosuch": 1}}, r"unknown task\.replay option\(s\) \['nosuch'\]"),
     ({"loss": lambda m, b: 0}, "not a mapping of named loss closures"),
     ({"loss": {"critic": lambda m, b: 0, "value": lambda m, b: 0}}, r"named \['value'\]"),
     ({"agent": {"actor": "beta"}}, r"unknown task\.agent\.actor='beta'"),
+    ({"agent": {"log_std": "softplus"}}, r"unknown task\.agent\.log_std='softplus'"),
+    ({"optimizers": {"critc": {"lr": 1e-3}}}, r"task\.optimizers\.critc: the loss has no"),
+    ({"optimizers": {"critic": 1e-3}}, r"task\.optimizers\.critic=0\.001 must be a mapping"),
+    ({"optimizers": {"critic": {"lr": -1}}}, r"task\.optimizers\.critic\.lr=-1; it must be"),
+    ({"optimizers": [1]}, r"task\.optimizers=\[1\] must map closure names"),
     ({"agent": {"hiden": [4]}}, r"task\.agent options are invalid"),
     ({"env": "CartPole-v1"}, "not a Box"),
 ])

@@ -49,7 +49,7 @@ def test_fused_falls_back_where_there_is_no_fused_kernel(target, caplog):
 def test_other_bad_options_still_fail_with_one_clear_message():
     with pytest.raises(BeyondfitError, match="optimizer options are invalid"):
         build(_target_="torch.optim.Adam", lr=1e-3, fused=True, momentum=0.9)
-    from beyondfit.cli.schema import check_learning_rate
+    from beyondfit.core.options import check_learning_rate
 
     with pytest.raises(BeyondfitError, match=r"optimizer.lr=0.0; it must be a number > 0"):
         check_learning_rate(0.0)  # with the config, before any builder

@@ -87,6 +87,10 @@ DOCTORED = {
         "names 'gymnasium.wrappers.RecordVideo', which is not one of Gymnasium's"),
     "a nested target as the normalizer": (architecture(normalizer=WRITE_TEXT),
                                           "normalizer="),
+    "an off-policy actor's unknown log-std bound": (
+        {"kind": "offpolicy", "env": "Pendulum-v1", "wrappers": [],
+         "agent": {"actor": "gaussian", "hidden": [8], "log_std": "softplus"}},
+        "a log_std among tanh, clamp"),
 }
 
 

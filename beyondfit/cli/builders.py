@@ -78,18 +78,20 @@ def build_task(task_cfg: DictConfig, swapped: Iterable[str] | None = None) -> Ta
 
 
 def build_optimizer(optimizer_cfg: DictConfig) -> Any:
-    """Instantiate the optimizer group as a factory ``params -> Optimizer`` (its ``lr`` was
-    checked with the config: :func:`beyondfit.cli.schema.check_learning_rate`)."""
+    """Instantiate the optimizer group as a factory ``(params, **overrides) -> Optimizer`` (its
+    ``lr`` was checked with the config: :func:`beyondfit.core.options.check_learning_rate`);
+    ``overrides`` are one update's own settings over the group's."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
     factory = instantiate(optimizer_cfg)
     has_fused = "fused" in optimizer_cfg
 
-    def build(params: list[Any]) -> Any:
+    def build(params: list[Any], **overrides: Any) -> Any:
+        # overrides: one update's own settings over the group's (task.optimizers.critic.lr).
         try:
             try:
-                return factory(params)
+                return factory(params, **overrides)
             except (RuntimeError, TypeError) as exc:
                 if not has_fused or "fused" not in str(exc):
                     raise
@@ -102,7 +104,7 @@ def build_optimizer(optimizer_cfg: DictConfig) -> Any:
                              "default implementation", reason)
                 plain = OmegaConf.to_container(optimizer_cfg, resolve=True)
                 plain.pop("fused")  # type: ignore[union-attr]
-                return instantiate(plain)(params)
+                return instantiate(plain)(params, **overrides)
         except InstantiationException as exc:
             cause = exc.__cause__ or exc
             raise BeyondfitError(f"optimizer options are invalid: {cause}") from None

@@ -23,7 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import OPTIONS, OptionError, Rule, check_number
+from beyondfit.core.options import OPTIONS, OptionError, Rule, check_learning_rate
 
 #: The name ``conf/config.yaml``'s defaults list gives the schema.
 SCHEMA_NAME = "beyondfit_schema"
@@ -169,25 +169,6 @@ def check_config(cfg: DictConfig) -> None:
     optimizer = cfg.get("optimizer")
     if isinstance(optimizer, DictConfig) and "lr" in optimizer:
         check_learning_rate(optimizer.get("lr"))
-
-
-#: Above any learning rate a published recipe uses (LARS' largest is ~30) and far below
-#: float32's overflow (3.4e38), where torch fails inside the optimizer step.
-LR_MAX = 1e3
-
-
-def check_learning_rate(lr: Any) -> float:
-    """``optimizer.lr``: a finite number in ``(0, 1e3]``.
-
-    The bound is a sanity limit, not a tuning hint: every update is ``lr`` times a
-    gradient-sized quantity, so ``1e300`` overflows the float32 weights at the first step
-    (torch then fails with "value cannot be converted to type float without overflow"), and
-    anything above 1e3 diverges on any problem that is not pathologically scaled. It also
-    catches an exponent that lost its minus sign (``1e5`` for ``1e-5``).
-    """
-    # finite=False: NaN and inf fail the bounds anyway, with the bound in the message.
-    return check_number("optimizer.lr", lr, above=0, at_most=LR_MAX, finite=False,
-                        example="optimizer.lr=0.001")
 
 
 def _check_section(schema: type, section: DictConfig, prefix: str) -> None:

@@ -169,3 +169,21 @@ def _describe(integer: bool, above: float | None, at_least: float | None,
 def _show(bound: float) -> str:
     # Whole bounds in full (a seed's 4294967295, not 4.29497e+09).
     return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
+
+
+#: Above any learning rate a published recipe uses (LARS' largest is ~30) and far below
+#: float32's overflow (3.4e38), where torch fails inside the optimizer step.
+LR_MAX = 1e3
+
+
+def check_learning_rate(lr: Any, key: str = "optimizer.lr") -> float:
+    """A learning rate (``optimizer.lr``, or ``key``): a finite number in ``(0, 1e3]``.
+
+    The bound is a sanity limit, not a tuning hint: every update is ``lr`` times a
+    gradient-sized quantity, so ``1e300`` overflows the float32 weights at the first step
+    (torch then fails with "value cannot be converted to type float without overflow"), and
+    anything above 1e3 diverges on any problem that is not pathologically scaled. It also
+    catches an exponent that lost its minus sign (``1e5`` for ``1e-5``).
+    """
+    # finite=False: NaN and inf fail the bounds anyway, with the bound in the message.
+    return check_number(key, lr, above=0, at_most=LR_MAX, finite=False, example=f"{key}=0.001")

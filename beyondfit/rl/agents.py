@@ -24,7 +24,10 @@ from beyondfit.nets import mlp
 from beyondfit.rl.offpolicy import box_bounds
 from beyondfit.rl.policies import check_spaces
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0  # CleanRL's range, reached smoothly through a tanh
+#: How the Gaussian actor bounds its log-std: ``"tanh"`` (CleanRL) rescales a tanh into
+#: ``[-5, 2]``, smooth and starting near std 0.22; ``"clamp"`` (SB3) clips a linear output to
+#: ``[-20, 2]``, starting near std 1.
+LOG_STD_RANGES = {"tanh": (-5.0, 2.0), "clamp": (-20.0, 2.0)}
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 ACTORS = ("gaussian", "deterministic")
 
@@ -82,19 +85,29 @@ class CriticEnsemble(nn.Module):
 
 
 class GaussianActor(nn.Module):
-    """SAC's actor: a Gaussian over pre-squash actions, squashed into ``[-1, 1]`` by tanh."""
+    """SAC's actor: a Gaussian over pre-squash actions, squashed into ``[-1, 1]`` by tanh.
+
+    ``log_std`` picks how the state-dependent log-std is bounded (:data:`LOG_STD_RANGES`).
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int],
-                 activation: str = "relu") -> None:  # fmt: skip
+                 activation: str = "relu", log_std: str = "tanh") -> None:  # fmt: skip
         super().__init__()
+        if log_std not in LOG_STD_RANGES:
+            raise BeyondfitError(f"unknown task.agent.log_std={log_std!r}; choose one of "
+                                 f"{', '.join(LOG_STD_RANGES)}")
         self.trunk = mlp([obs_dim, *hidden], activation)
         self.trunk.append(nn.ReLU() if activation == "relu" else nn.Tanh())
         self.head = nn.Linear(hidden[-1], 2 * act_dim)  # mean and log-std in one matmul
+        self.log_std_mode = log_std
+        self.log_std_min, self.log_std_max = LOG_STD_RANGES[log_std]
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         mean, raw = self.head(self.trunk(obs.flatten(1))).chunk(2, -1)
-        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
-        return mean, log_std
+        low, high = self.log_std_min, self.log_std_max
+        if self.log_std_mode == "clamp":
+            return mean, raw.clamp(low, high)
+        return mean, low + 0.5 * (high - low) * (torch.tanh(raw) + 1)
 
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None
                ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
@@ -147,6 +160,8 @@ class OffPolicyAgent(nn.Module):
         critic_target, actor_target: ``{rate, every}`` of the slow copies; ``None`` for none.
         init_alpha: SAC's initial temperature (a learned ``log_alpha``); ``None``: none.
         exploration_noise: TD3's Gaussian action noise (std, in ``[-1, 1]`` units).
+        log_std: how the Gaussian actor bounds its log-std: ``"tanh"`` or ``"clamp"``
+            (:data:`LOG_STD_RANGES`).
         activation: ``"relu"`` or ``"tanh"``.
     """
 
@@ -163,6 +178,7 @@ class OffPolicyAgent(nn.Module):
         actor_target: Mapping[str, Any] | None = None,
         init_alpha: float | None = 1.0,
         exploration_noise: float = 0.1,
+        log_std: str = "tanh",
         activation: str = "relu",
     ) -> None:
         super().__init__()
@@ -180,8 +196,10 @@ class OffPolicyAgent(nn.Module):
         self.act_dim = int(low.size)
         self.action_shape = tuple(action_space.shape)
         hidden = tuple(hidden)
-        cls = GaussianActor if actor == "gaussian" else DeterministicActor
-        self.actor = cls(obs_dim, self.act_dim, hidden, activation)
+        if actor == "gaussian":
+            self.actor = GaussianActor(obs_dim, self.act_dim, hidden, activation, log_std)
+        else:
+            self.actor = DeterministicActor(obs_dim, self.act_dim, hidden, activation)
         self.critic = CriticEnsemble(obs_dim, self.act_dim, tuple(critic_hidden or hidden),
                                      critics, activation)
         self.critic_target = None if critic_target is None else SlowCopy(self.critic,

@@ -42,7 +42,9 @@ REFUSED_WRAPPERS = frozenset({"RecordVideo"})
 #: options of :class:`~beyondfit.rl.agents.OffPolicyAgent` it may give.
 AGENT_KEYS = ("kind", "env", "wrappers", "agent")
 AGENT_OPTIONS = ("actor", "hidden", "critic_hidden", "critics", "critic_target", "actor_target",
-                 "init_alpha", "exploration_noise", "activation")
+                 "init_alpha", "exploration_noise", "log_std", "activation")
+#: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.agents.LOG_STD_RANGES`' names).
+_LOG_STD_MODES = ("tanh", "clamp")
 _TARGET_OPTIONS = ("rate", "every")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
 _MAX_LAYERS, _MAX_WIDTH = 64, 1 << 20
@@ -189,6 +191,8 @@ def _check_agent(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
         raise bad("agent", f"hidden sizes of at most {_MAX_LAYERS} positive layers")
     if agent.get("activation", "relu") not in ACTIVATIONS:
         raise bad("agent", f"an activation among {', '.join(ACTIVATIONS)}")
+    if agent.get("log_std", "tanh") not in _LOG_STD_MODES:
+        raise bad("agent", f"a log_std among {', '.join(_LOG_STD_MODES)}")
     _check_wrappers(meta, source, allowed, bad)
     return dict(meta)
 

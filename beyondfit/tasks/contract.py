@@ -32,6 +32,7 @@ writes such a starting point).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,12 +134,17 @@ class UpdateSpec:
     params: nn.Module | Iterable[nn.Parameter]
     every: int = 1
     after_step: Sequence[Callable[[Any], None]] = ()
+    #: This update's own optimizer settings over the group's, e.g. ``{"lr": 1e-3}``.
+    optimizer_options: Mapping[str, Any] = field(default_factory=dict)
 
     def build(self, optimizer: Any, scheduler: Any = None, clip_norm: float | None = None,
               clip_value: float | None = None) -> Update:  # fmt: skip
-        """The :class:`~beyondfit.core.update.Update` with this optimizer factory."""
+        """The :class:`~beyondfit.core.update.Update` with this optimizer factory (called with
+        ``optimizer_options`` as keywords)."""
         from beyondfit.core.update import Update
 
+        if self.optimizer_options:
+            optimizer = functools.partial(optimizer, **self.optimizer_options)
         return Update(self.name, self.loss_fn, optimizer, params=self.params, every=self.every,
                       scheduler=scheduler, clip_norm=clip_norm, clip_value=clip_value,
                       after_step=self.after_step)  # fmt: skip

@@ -21,6 +21,7 @@ from typing import Any
 from beyondfit import Task
 from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_learning_rate
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
@@ -51,6 +52,7 @@ def build(
     total_env_steps: int = 20_000,
     replay: Mapping[str, Any] | None = None,
     agent: Mapping[str, Any] | None = None,
+    optimizers: Mapping[str, Mapping[str, Any]] | None = None,
     eval_every_env_steps: int = 5_000,
     eval_episodes: int = 10,
     target_return: float | None = None,
@@ -72,6 +74,8 @@ def build(
         replay: keys of :data:`REPLAY_DEFAULTS`.
         agent: options of :class:`~beyondfit.rl.agents.OffPolicyAgent` (``actor``, ``hidden``,
             ``critics``, ``critic_target``, ``actor_target``, ``init_alpha``, ...).
+        optimizers: one closure's own optimizer settings over the ``optimizer`` group's, by
+            closure name, e.g. ``{"critic": {"lr": 1e-3}}`` (CleanRL's critic rate).
         eval_every_env_steps: env steps between greedy evaluations.
         gamma, hidden, activation: the task's discount and network settings, which the algo
             files hand on (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read
@@ -106,6 +110,7 @@ def build(
         raise BeyondfitError(f"unknown task.replay option(s) {extra}; known: "
                              f"{', '.join(REPLAY_DEFAULTS)}")
     options = dict(agent or {})
+    own_settings = _optimizer_settings(optimizers, loss)
     envs = make_vector_env(env, num_envs, wrappers)
     try:
         try:
@@ -134,7 +139,8 @@ def build(
         target = getattr(model, target_name) if target_name else None
         updates.append(UpdateSpec(name, closure, [params] if name == "alpha" else params,
                                   every=int(getattr(closure, "every", 1)),
-                                  after_step=[target.update] if target is not None else []))
+                                  after_step=[target.update] if target is not None else [],
+                                  optimizer_options=own_settings.get(name, {})))
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     if isinstance(confirm_episodes, bool) or not isinstance(confirm_episodes, int) or (
@@ -156,6 +162,28 @@ def build(
     per_eval = max(1, round(eval_every_env_steps * settings["updates_per_step"]))
     return Task(model=model, loss_fn=updates, train_data=data, val_data=evaluator,
                 eval_every=per_eval, finish=finish, callbacks=callbacks)
+
+
+def _optimizer_settings(optimizers: Any, loss: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``task.optimizers`` checked: ``{closure name: {option: value}}`` for closures of the
+    loss, any ``lr`` by the same rule as ``optimizer.lr``."""
+    if not optimizers:
+        return {}
+    if not isinstance(optimizers, Mapping):
+        raise BeyondfitError(f"task.optimizers={optimizers!r} must map closure names to "
+                             "optimizer settings, e.g. task.optimizers.critic.lr=0.001")
+    settings = {}
+    for name, options in optimizers.items():
+        if name not in loss:
+            raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} closure; "
+                                 f"its closures are {', '.join(loss)}")
+        if not isinstance(options, Mapping):
+            raise BeyondfitError(f"task.optimizers.{name}={options!r} must be a mapping of "
+                                 f"optimizer settings, e.g. task.optimizers.{name}.lr=0.001")
+        settings[name] = {str(key): value for key, value in options.items()}
+        if "lr" in settings[name]:
+            check_learning_rate(settings[name]["lr"], f"task.optimizers.{name}.lr")
+    return settings
 
 
 def _plain(value: Any) -> Any:
