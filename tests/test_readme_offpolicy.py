@@ -39,6 +39,7 @@ def block(kind: str) -> str:
     "python -m beyondfit +task=pendulum algo=sac task.env=MountainCarContinuous-v0 "
     "task.total_env_steps=50000",
     "python -m beyondfit +task=pendulum algo=sac task.loss._target_=mymod.my_loss",
+    "python -m beyondfit +task=pendulum algo=sac 'task.optimizers={critic:{lr:0.002}}'",
     "python -m beyondfit.play outputs/pendulum/DATE --episodes 3",
     "conf/algo/sac.yaml", "conf/algo/td3.yaml",
     "conf/experiment/tuned/pendulum_sac.yaml", "conf/experiment/tuned/pendulum_td3.yaml",
@@ -49,7 +50,7 @@ def block(kind: str) -> str:
 def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(block("python"))
     lines = [line.split("  #")[0].strip() for line in block("bash").splitlines() if line.strip()]
-    assert len(lines) == 7 and lines[-1].startswith("python -m beyondfit.play")
+    assert len(lines) == 8 and lines[-1].startswith("python -m beyondfit.play")
     for line in lines[:-1]:
         words = shlex.split(line)
         assert words[:3] == ["python", "-m", "beyondfit"], line
