@@ -13,6 +13,11 @@ data, the networks and the score are those of ``examples/gan.py``. The critic's 
 gradients, so it is never run under ``engine.evaluate``'s inference mode; the score is
 computed on samples instead.
 
+Adam at 5e-4 rather than the paper's 1e-4, which after 1,000 generator steps has covered no
+mode yet. Measured at 1,000 generator steps: float32 covers all 8 modes on seeds 0, 1 and 2
+(54.9%, 59.1%, 63.4% of samples within 0.25 of a mode); bf16 on seeds 0 and 2 (71.3%, 64.8%),
+while seed 1 collapses (0/8): the game is not stable on every seed at this rate.
+
 Run: ``python examples/wgan_gp.py [--steps 1000] [--precision 32|bf16] [--seed 0]``
 """
 
@@ -31,16 +36,18 @@ from gan import GAN, RingOfGaussians, format_score, score
 
 CRITIC_STEPS = 5  # critic steps per generator step
 PENALTY = 10.0  # lambda, the gradient penalty's weight
-LR, BETAS = 1e-4, (0.5, 0.9)  # the paper's Adam settings
+LR, BETAS = 5e-4, (0.5, 0.9)  # the paper's betas; 5x its rate, for 1,000 generator steps
 
 
 def critic_loss(model: GAN, real: torch.Tensor) -> dict[str, torch.Tensor]:
     """``D(fake) - D(real) + lambda * (|grad D(mix)| - 1)^2`` with a random mix of the two."""
     fake = model.sample(len(real)).detach()
     mix = torch.rand(len(real), 1, device=real.device)
-    between = (mix * real + (1 - mix) * fake).requires_grad_(True)
-    # create_graph: the penalty is differentiated again, in the critic's backward.
-    (grad,) = torch.autograd.grad(model.judge(between).sum(), between, create_graph=True)
+    between = (mix * real + (1 - mix) * fake).float().requires_grad_(True)
+    # create_graph: the penalty is differentiated again, in the critic's backward. In float32
+    # even under bf16 autocast: bf16's 8-bit mantissa makes |grad D| too coarse to hold at 1.
+    with torch.autocast(real.device.type, enabled=False):
+        (grad,) = torch.autograd.grad(model.judge(between).sum(), between, create_graph=True)
     slope = grad.float().norm(dim=1)
     penalty = (slope - 1).pow(2).mean()
     distance = model.judge(real).mean() - model.judge(fake).mean()
