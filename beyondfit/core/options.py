@@ -156,6 +156,8 @@ def _describe(integer: bool, above: float | None, at_least: float | None,
         return f"a positive {kind}"
     if integer and at_least == 1 and above is None and at_most is None:
         return "a positive whole number"
+    if not integer and above is None and None not in (at_least, at_most):
+        return f"a number in [{_show(at_least)}, {_show(at_most)}]"  # a share, a discount
     bounds = []
     if above is not None:
         bounds.append(f"> {_show(above)}")

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.core.state_checks import field_problem
 
 log = logging.getLogger("beyondfit")
@@ -55,8 +56,7 @@ class TensorBatches:
             )
         if n == 0:
             raise BeyondfitError("the data is empty (0 rows); give at least one row")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise BeyondfitError(f"batch_size={batch_size!r}; it must be a positive whole number")
+        check_number("batch_size", batch_size, integer=True, at_least=1)
         self.tensors = tensors
         self.batch_size = batch_size
         self.shuffle = shuffle

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.core.target import SlowCopy
 from beyondfit.nets import mlp
 from beyondfit.rl.offpolicy import box_bounds
@@ -190,8 +191,7 @@ class OffPolicyAgent(nn.Module):
         if activation not in ("relu", "tanh"):
             raise BeyondfitError(f"unknown task.agent.activation={activation!r}; choose one of "
                                  "relu, tanh")
-        if isinstance(critics, bool) or not isinstance(critics, int) or critics < 1:
-            raise BeyondfitError(f"task.agent.critics={critics!r} must be a positive integer")
+        check_number("task.agent.critics", critics, integer=True, at_least=1)
         obs_dim = int(np.prod(observation_space.shape))
         self.act_dim = int(low.size)
         self.action_shape = tuple(action_space.shape)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.core.strategy import process_strategy
 
 
@@ -29,11 +29,8 @@ class TargetKL:
     """
 
     def __init__(self, target: float) -> None:
-        if isinstance(target, bool) or not isinstance(target, int | float) or not target > 0:
-            raise BeyondfitError(
-                f"target_kl={target!r} must be a positive number (e.g. 0.02) or null for no "
-                "early stop"
-            )
+        check_number("target_kl", target, above=0,
+                     example="target_kl=0.02 (or null for no early stop)")
         self.target = float(target)
         self._sum: torch.Tensor | None = None
         self._count = 0

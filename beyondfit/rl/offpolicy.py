@@ -34,6 +34,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.rl.envs import observation_converter
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 
@@ -102,16 +103,11 @@ class ReplayCollector:
     ) -> None:
         for name, value in (("total_env_steps", total_env_steps), ("batch_size", batch_size),
                             ("buffer_size", buffer_size)):
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise BeyondfitError(f"task.{_key(name)}={value!r} must be a positive integer")
-        if isinstance(learning_starts, bool) or not isinstance(learning_starts, int) \
-                or learning_starts < 0:
-            raise BeyondfitError(f"task.replay.learning_starts={learning_starts!r} must be an "
-                                 "integer >= 0, e.g. 1000")
-        if isinstance(updates_per_step, bool) or not isinstance(updates_per_step, int | float) \
-                or not 0 < updates_per_step <= 1024:
-            raise BeyondfitError(f"task.replay.updates_per_step={updates_per_step!r} must be a "
-                                 "number in (0, 1024], e.g. 1 (one minibatch per env step)")
+            check_number(f"task.{_key(name)}", value, integer=True, above=0)
+        check_number("task.replay.learning_starts", learning_starts, integer=True, at_least=0,
+                     example="task.replay.learning_starts=1000")
+        check_number("task.replay.updates_per_step", updates_per_step, above=0, at_most=1024,
+                     example="task.replay.updates_per_step=1 (one minibatch per env step)")
         self.envs, self.agent = envs, agent
         self.low, self.high = box_bounds(envs.single_action_space)
         self._half = (self.high - self.low) / 2

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.replay import ReplayBatch
 
@@ -31,8 +32,7 @@ Closure = Callable[[OffPolicyAgent, ReplayBatch], dict[str, torch.Tensor]]
 
 
 def _check_gamma(gamma: float) -> None:
-    if isinstance(gamma, bool) or not isinstance(gamma, int | float) or not 0 <= gamma <= 1:
-        raise BeyondfitError(f"task.loss.gamma={gamma!r} must lie in [0, 1], e.g. 0.99")
+    check_number("task.loss.gamma", gamma, at_least=0, at_most=1, example="task.loss.gamma=0.99")
 
 
 def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -93,9 +93,8 @@ def td3_loss(gamma: float = 0.99, policy_noise: float = 0.2, noise_clip: float =
     - ``actor`` (every ``policy_delay`` minibatches): ``-mean(Q_1(s, mu(s)))``.
     """
     _check_gamma(gamma)
-    if isinstance(policy_delay, bool) or not isinstance(policy_delay, int) or policy_delay < 1:
-        raise BeyondfitError(f"task.loss.policy_delay={policy_delay!r} must be a positive "
-                             "integer, e.g. 2")
+    check_number("task.loss.policy_delay", policy_delay, integer=True, at_least=1,
+                 example="task.loss.policy_delay=2")
 
     def critic(model: OffPolicyAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
         with torch.no_grad():

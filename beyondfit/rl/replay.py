@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 
 
 class ReplayBatch(NamedTuple):
@@ -51,10 +52,8 @@ class ReplayBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int,
                  device: torch.device | str = "cpu") -> None:  # fmt: skip
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity <= 0:
-            raise BeyondfitError(
-                f"task.replay.buffer_size={capacity!r} must be a positive integer, e.g. 1000000"
-            )
+        check_number("task.replay.buffer_size", capacity, integer=True, above=0,
+                     example="task.replay.buffer_size=1000000")
         self.capacity, self.obs_dim, self.act_dim = capacity, obs_dim, act_dim
         o, a = obs_dim, act_dim
         # Column slices of a row, in order.

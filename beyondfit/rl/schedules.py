@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -32,11 +33,8 @@ def env_step_schedules(
     loss's ``coefficients`` (a loss of your own may have its own)."""
     anneal = dict(anneal or {})
     for name, value in anneal.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)
-                                  or value < 0):
-            raise BeyondfitError(
-                f"task.anneal.{name}={value!r} must be a number >= 0 (the final value) or null"
-            )
+        check_number(f"task.anneal.{name}", value, at_least=0, allow_none=True,
+                     example=f"task.anneal.{name}=0.0 (the final value; null: constant)")
     lr_end = anneal.pop("lr", None)
     ends = {name: float(value) for name, value in anneal.items() if value is not None}
     if lr_end is None and not ends:

@@ -25,6 +25,7 @@ from torch import nn
 from beyondfit import Task, TensorBatches
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.data import split
 from beyondfit.data.bundled import digits
 from beyondfit.nets import mlp
@@ -67,15 +68,13 @@ def build(
     data = dict(data or {})
     if arch not in ARCHS:
         raise BeyondfitError(f"task.arch={arch!r}; use one of {', '.join(ARCHS)}")
-    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not noise >= 0:
-        raise BeyondfitError(f"task.noise={noise!r}; it must be a number >= 0 (e.g. 0.2)")
+    check_number("task.noise", noise, at_least=0, example="task.noise=0.2")
     if isinstance(hidden, int):
         hidden = [hidden]
     for name, value in [("latent_dim", latent_dim), ("channels", channels), *(
         (f"hidden[{i}]", h) for i, h in enumerate(hidden)
     )]:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise BeyondfitError(f"task.{name}={value!r}; it must be a positive whole number")
+        check_number(f"task.{name}", value, integer=True, at_least=1)
 
     if data.get("path"):
         images = load_images(Path(str(data["path"])).expanduser())

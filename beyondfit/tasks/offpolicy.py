@@ -28,7 +28,7 @@ from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.tasks.contract import UpdateSpec
-from beyondfit.tasks.policy_gradient import describe_wrappers, rl_finish
+from beyondfit.tasks.policy_gradient import check_run_counts, describe_wrappers, rl_finish
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
 REPLAY_DEFAULTS: dict[str, Any] = {
@@ -96,11 +96,9 @@ def build(
     if unknown:
         raise BeyondfitError(f"task.loss returned closures named {unknown}; each name picks "
                              f"the parameters it trains: use {', '.join(PARTS)}")
-    for name, value in (("num_envs", num_envs), ("total_env_steps", total_env_steps),
-                        ("eval_every_env_steps", eval_every_env_steps),
-                        ("eval_episodes", eval_episodes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise BeyondfitError(f"task.{name}={value!r} must be a positive integer")
+    check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
+                     eval_every_env_steps=eval_every_env_steps, eval_episodes=eval_episodes,
+                     confirm_episodes=confirm_episodes)
     if normalize:
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
@@ -143,10 +141,6 @@ def build(
                                   optimizer_options=own_settings.get(name, {})))
     if target_return is None:
         target_return = env_spec(env).reward_threshold
-    if isinstance(confirm_episodes, bool) or not isinstance(confirm_episodes, int) or (
-            confirm_episodes < 0):
-        raise BeyondfitError(f"task.confirm_episodes={confirm_episodes!r} must be a whole "
-                             "number of episodes (0: none), e.g. task.confirm_episodes=10")
     stopwatch = Stopwatch()  # training time, for the summary line
     callbacks: list[Any] = [stopwatch]
     confirm = None

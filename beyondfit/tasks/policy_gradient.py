@@ -25,6 +25,7 @@ import numpy as np
 from beyondfit import Task
 from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.confirm import ConfirmingEvaluation
@@ -123,21 +124,10 @@ def build(
             f"task.loss is {type(loss).__name__}, not a loss closure: name a loss factory with "
             "task.loss._target_=MODULE.FUNCTION (or pick an algorithm with algo=ppo)"
         )
-    if not isinstance(gamma, int | float) or not 0.0 <= gamma <= 1.0:
-        raise BeyondfitError(f"task.gamma={gamma!r} must lie in [0, 1], e.g. task.gamma=0.99")
-    for name, value in (("num_envs", num_envs), ("total_env_steps", total_env_steps),
-                        ("eval_every_env_steps", eval_every_env_steps),
-                        ("eval_episodes", eval_episodes)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise BeyondfitError(
-                f"task.{name}={value!r} must be a positive integer, e.g. task.{name}=8"
-            )
-    if isinstance(confirm_episodes, bool) or not isinstance(confirm_episodes, int) or (
-            confirm_episodes < 0):
-        raise BeyondfitError(
-            f"task.confirm_episodes={confirm_episodes!r} must be a whole number of episodes "
-            "(0: no confirming evaluation), e.g. task.confirm_episodes=100"
-        )
+    check_number("task.gamma", gamma, at_least=0, at_most=1, example="task.gamma=0.99")
+    check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
+                     eval_every_env_steps=eval_every_env_steps, eval_episodes=eval_episodes,
+                     confirm_episodes=confirm_episodes)
     settings = {**COLLECTOR_DEFAULTS, **dict(collector or {})}
     unknown = sorted(set(settings) - set(COLLECTOR_DEFAULTS))
     if unknown:
@@ -145,17 +135,10 @@ def build(
             f"unknown task.collector option(s) {unknown}; known: {', '.join(COLLECTOR_DEFAULTS)}"
         )
     for name in ("rollout_steps", "epochs", "minibatches"):
-        value = settings[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise BeyondfitError(
-                f"task.collector.{name}={value!r} must be a positive integer, "
-                f"e.g. task.collector.{name}=16"
-            )
-    lam = settings["gae_lambda"]
-    if isinstance(lam, bool) or not isinstance(lam, int | float) or not 0.0 <= lam <= 1.0:
-        raise BeyondfitError(
-            f"task.collector.gae_lambda={lam!r} must lie in [0, 1], e.g. 0.95"
-        )
+        check_number(f"task.collector.{name}", settings[name], integer=True, above=0,
+                     example=f"task.collector.{name}=16")
+    check_number("task.collector.gae_lambda", settings["gae_lambda"], at_least=0, at_most=1,
+                 example="task.collector.gae_lambda=0.95")
 
     envs = make_vector_env(env, num_envs, wrappers)
     try:
@@ -205,6 +188,15 @@ def build(
                          started=started, stopwatch=stopwatch, confirm=confirm),
         callbacks=callbacks,
     )
+
+
+def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
+    """An RL task's env and episode counts (``task.num_envs``, ``task.total_env_steps``, ...):
+    each a positive whole number; ``confirm_episodes`` may be 0 (no confirming evaluation)."""
+    for name, value in counts.items():
+        check_number(f"task.{name}", value, integer=True, above=0, example=f"task.{name}=8")
+    check_number("task.confirm_episodes", confirm_episodes, integer=True, at_least=0,
+                 example="task.confirm_episodes=100 (0: no confirming evaluation)")
 
 
 def rl_finish(
