@@ -328,6 +328,8 @@ def test_the_gaussian_actors_log_std_bounds_tanh_and_clamp() -> None:
     ({"agent": {"actor": "beta"}}, r"unknown task\.agent\.actor='beta'"),
     ({"agent": {"log_std": "softplus"}}, r"unknown task\.agent\.log_std='softplus'"),
     ({"optimizers": {"critc": {"lr": 1e-3}}}, r"task\.optimizers\.critc: the loss has no"),
+    ({"loss": {"critic": lambda m, b: 0, "actor": lambda m, b: 0},  # a preset's alpha rate
+      "optimizers": {"alpha": {"lr": 1e-3}}}, r"no 'alpha' closure.*task\.optimizers=null"),
     ({"optimizers": {"critic": 1e-3}}, r"task\.optimizers\.critic=0\.001 must be a mapping"),
     ({"optimizers": {"critic": {"lr": -1}}}, r"task\.optimizers\.critic\.lr=-1; it must be"),
     ({"optimizers": [1]}, r"task\.optimizers=\[1\] must map closure names"),

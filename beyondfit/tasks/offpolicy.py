@@ -169,8 +169,10 @@ def _optimizer_settings(optimizers: Any, loss: Mapping[str, Any]) -> dict[str, d
     settings = {}
     for name, options in optimizers.items():
         if name not in loss:
+            # A tuned preset may set one (hopper_sac.yaml: alpha) for a loss that lacks it.
             raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} closure; "
-                                 f"its closures are {', '.join(loss)}")
+                                 f"its closures are {', '.join(loss)} (task.optimizers=null "
+                                 "drops a preset's settings)")
         if not isinstance(options, Mapping):
             raise BeyondfitError(f"task.optimizers.{name}={options!r} must be a mapping of "
                                  f"optimizer settings, e.g. task.optimizers.{name}.lr=0.001")
