@@ -223,10 +223,11 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
     if kept is not None:
         return kept
     torch.set_num_threads(1)
+    commit = _commit()  # what the run starts from: HEAD may move while a long run trains
     print(f"{method} {bench.env} seed {seed}: running", file=sys.stderr, flush=True)
     out = METHODS[method][1](bench, seed, episodes, budget)
     out.update(method=method, env=bench.env, seed=seed, budget=budget, episodes=episodes,
-               torch=torch.__version__, commit=_commit())
+               torch=torch.__version__, commit=commit)
     results.mkdir(parents=True, exist_ok=True)
     path = result_path(results, method, bench, budget, episodes, seed)
     tmp = path.with_suffix(".tmp")
