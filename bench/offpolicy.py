@@ -240,12 +240,18 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
 
 
 def _commit() -> str:
-    """The checkout's commit (what a kept result was measured with), or ``"unknown"``."""
+    """The checkout's commit (what a kept result was measured with), ``+dirty`` when tracked
+    files of beyondfit/, conf/ or this script differ from it, or ``"unknown"``."""
     import subprocess
 
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, text=True, capture_output=True,
+                              check=True).stdout.strip()
+
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", "beyondfit",
+                      "conf", "bench/offpolicy.py")
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if changed else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
