@@ -9,10 +9,10 @@ script shows the pieces, each from the package, put together by hand:
 - the data (:class:`~beyondfit.rl.offpolicy.ReplayCollector`): an iterable of minibatches that
   steps the env with the current actor (random actions for ``learning_starts`` steps), stores
   the transitions and samples from them;
-- the algorithm (:func:`~beyondfit.rl.offpolicy_losses.sac_loss`): three closures, each the
-  loss of its own optimizer, stepped in order on every minibatch by one
-  :class:`~beyondfit.Engine`; the target critics follow the critic's optimizer right after
-  each of its steps (``after_step``);
+- the algorithm (:func:`~beyondfit.rl.offpolicy_losses.sac_loss`): three declared updates,
+  each a closure that is the loss of its own optimizer, stepped in order on every minibatch by
+  one :class:`~beyondfit.Engine`; the target critics it declares follow the critic's optimizer
+  right after each of its steps (``after_step``);
 - the evaluation (:class:`~beyondfit.rl.evaluate.GreedyEvaluator`): greedy episodes on envs
   kept apart from training.
 
@@ -29,6 +29,7 @@ import time
 import torch
 
 from beyondfit import Engine, Update
+from beyondfit.core.target import SlowCopy
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
@@ -48,16 +49,17 @@ def build(seed: int = 0, env_steps: int = ENV_STEPS, learning_starts: int = LEAR
     torch.manual_seed(seed)
     envs = make_vector_env(ENV_ID, 1)
     agent = OffPolicyAgent(envs.single_observation_space, envs.single_action_space,
-                           actor="gaussian", hidden=(256, 256), critics=2,
-                           critic_target={"rate": TAU})  # fmt: skip
+                           actor="gaussian", hidden=(256, 256), critics=2)  # fmt: skip
+    # sac_loss declares its three updates: each closure, the part it trains, its target copy.
+    critic, actor, alpha = sac_loss(gamma=GAMMA, tau=TAU)
+    agent.critic_target = SlowCopy(agent.critic, rate=critic.target.rate)  # what critic reads
     data = ReplayCollector(envs, agent, total_env_steps=env_steps, batch_size=BATCH,
                            learning_starts=learning_starts, seed=seed)  # fmt: skip
-    losses = sac_loss(gamma=GAMMA)
     engine = Engine(agent, [
-        Update("critic", losses["critic"], torch.optim.Adam(agent.critic.parameters(), LR),
+        Update("critic", critic.loss, torch.optim.Adam(agent.critic.parameters(), LR),
                after_step=[agent.critic_target.update]),
-        Update("actor", losses["actor"], torch.optim.Adam(agent.actor.parameters(), LR)),
-        Update("alpha", losses["alpha"], torch.optim.Adam([agent.log_alpha], LR)),
+        Update("actor", actor.loss, torch.optim.Adam(agent.actor.parameters(), LR)),
+        Update("alpha", alpha.loss, torch.optim.Adam([agent.log_alpha], LR)),
     ], device="cpu", log_every=log_every)  # fmt: skip
     return engine, data
 

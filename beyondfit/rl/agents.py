@@ -1,16 +1,22 @@
-"""Off-policy actor-critic networks: a critic ensemble in one batched matmul per layer, a
-tanh-squashed Gaussian actor (SAC) or a deterministic one (TD3), and their target copies.
+"""Off-policy agents: the networks that act and are trained, with their exploration rule.
 
-Actions inside the agent (and in :class:`~beyondfit.rl.replay.ReplayBatch`) are scaled to
-``[-1, 1]``; :meth:`OffPolicyAgent.act` maps them to the env's bounds for evaluation and play.
+- :class:`OffPolicyAgent` (SAC, TD3): a critic ensemble in one batched matmul per layer and a
+  tanh-squashed Gaussian actor (SAC) or a deterministic one (TD3); actions inside it (and in
+  :class:`~beyondfit.rl.replay.ReplayBatch`) are scaled to ``[-1, 1]``, and
+  :meth:`OffPolicyAgent.act` maps them to the env's bounds. Exploration: the actor's sample,
+  or its action plus noise.
+- :class:`QAgent` (DQN): a Q network over ``Discrete`` actions. Exploration: epsilon-greedy,
+  epsilon linear over the run's env steps (SB3's and RL-Zoo's ``exploration_*`` settings).
+
+Target copies are not the agent's: the algorithm declares them with its updates
+(:mod:`beyondfit.rl.algorithm`) and the task keeps them on the agent (``model.critic_target``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -20,10 +26,10 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.core.target import SlowCopy
 from beyondfit.nets import mlp
-from beyondfit.rl.offpolicy import box_bounds
+from beyondfit.rl.actions import box_bounds
 from beyondfit.rl.policies import check_spaces
+from beyondfit.rl.schedules import linear
 
 #: How the Gaussian actor bounds its log-std: ``"tanh"`` (CleanRL) rescales a tanh into
 #: ``[-5, 2]``, smooth and starting near std 0.22; ``"clamp"`` (SB3) clips a linear output to
@@ -147,8 +153,8 @@ class OffPolicyAgent(nn.Module):
     - ``model.actor(obs)``: the deterministic action in ``[-1, 1]``, ``(B, act_dim)``;
       ``model.actor.sample(obs)`` (Gaussian actor only): ``(action, log_prob)``;
     - ``model.critic(obs, actions)``: Q values ``(members, B)``; ``members=1``: the first only;
-    - ``model.critic_target``, ``model.actor_target`` (or ``None``): the same calls on the
-      slow copies (:class:`~beyondfit.core.target.SlowCopy`);
+    - ``model.critic_target``, ``model.actor_target``: the same calls on the slow copies
+      (:class:`~beyondfit.core.target.SlowCopy`) when the algorithm declares them;
     - ``model.log_alpha``: SAC's log-temperature parameter (``None`` without one);
       ``model.act_dim``.
 
@@ -158,7 +164,6 @@ class OffPolicyAgent(nn.Module):
         hidden: hidden sizes of the actor; ``critic_hidden`` those of each critic (default the
             same).
         critics: members of the critic ensemble (2: clipped double Q).
-        critic_target, actor_target: ``{rate, every}`` of the slow copies; ``None`` for none.
         init_alpha: SAC's initial temperature (a learned ``log_alpha``); ``None``: none.
         exploration_noise: TD3's Gaussian action noise (std, in ``[-1, 1]`` units).
         log_std: how the Gaussian actor bounds its log-std: ``"tanh"`` or ``"clamp"``
@@ -175,8 +180,6 @@ class OffPolicyAgent(nn.Module):
         hidden: Sequence[int] = (256, 256),
         critic_hidden: Sequence[int] | None = None,
         critics: int = 2,
-        critic_target: Mapping[str, Any] | None = None,
-        actor_target: Mapping[str, Any] | None = None,
         init_alpha: float | None = 1.0,
         exploration_noise: float = 0.1,
         log_std: str = "tanh",
@@ -202,19 +205,17 @@ class OffPolicyAgent(nn.Module):
             self.actor = DeterministicActor(obs_dim, self.act_dim, hidden, activation)
         self.critic = CriticEnsemble(obs_dim, self.act_dim, tuple(critic_hidden or hidden),
                                      critics, activation)
-        self.critic_target = None if critic_target is None else SlowCopy(self.critic,
-                                                                         **critic_target)
-        self.actor_target = None if actor_target is None else SlowCopy(self.actor,
-                                                                       **actor_target)
         self.log_alpha = None if init_alpha is None else nn.Parameter(
             torch.tensor(math.log(init_alpha)))
         self.exploration_noise = float(exploration_noise)
         self.register_buffer("scale", torch.as_tensor((high - low) / 2, dtype=torch.float32))
         self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
 
-    def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+                progress: float = 0.0) -> torch.Tensor:  # fmt: skip
         """The collector's actions in ``[-1, 1]``: a Gaussian actor's sample, or the
-        deterministic action plus Gaussian noise of std ``exploration_noise``, clipped."""
+        deterministic action plus Gaussian noise of std ``exploration_noise``, clipped (the
+        same at any ``progress`` through the run)."""
         if isinstance(self.actor, GaussianActor):
             return self.actor.sample(obs, generator)[0]
         action = self.actor(obs)
@@ -229,3 +230,90 @@ class OffPolicyAgent(nn.Module):
         """Actions in the env's units: the deterministic one (``greedy``) or an exploring one."""
         action = self.actor(obs) if greedy else self.explore(obs, generator)
         return (action * self.scale + self.centre).view(-1, *self.action_shape)
+
+    def exploration_state(self, progress: float) -> dict[str, float]:
+        """The exploration rule's settings at ``progress``: none change over a run."""
+        return {}
+
+
+class QAgent(nn.Module):
+    """DQN's agent: a Q network over ``Discrete`` actions, epsilon-greedy while collecting.
+
+    What a loss may use: ``model.q(obs)``, Q values ``(B, n_actions)``; ``model.q_target`` the
+    same on the slow copy the algorithm declares (``dqn_loss``); ``model.n_actions``.
+
+    Args:
+        observation_space, action_space: a ``Box`` and a ``Discrete``.
+        hidden: hidden sizes of the Q network; activation: ``"relu"`` or ``"tanh"``.
+        exploration_fraction: the fraction of the run's env steps over which epsilon falls
+            linearly from ``exploration_initial_eps`` to ``exploration_final_eps`` (SB3's
+            names; it stays there after).
+    """
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        *,
+        hidden: Sequence[int] = (64, 64),
+        activation: str = "relu",
+        exploration_fraction: float = 0.1,
+        exploration_initial_eps: float = 1.0,
+        exploration_final_eps: float = 0.05,
+    ) -> None:
+        super().__init__()
+        check_spaces(observation_space, action_space)
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise BeyondfitError(f"action space {action_space} is not Discrete: DQN picks one of "
+                                 "n actions; for Box actions use algo=sac or algo=td3")
+        if activation not in ("relu", "tanh"):
+            raise BeyondfitError(f"unknown task.agent.activation={activation!r}; choose one of "
+                                 "relu, tanh")
+        check_number("task.agent.exploration_fraction", exploration_fraction, above=0,
+                     at_most=1, example="task.agent.exploration_fraction=0.1")
+        for key, value in (("exploration_initial_eps", exploration_initial_eps),
+                           ("exploration_final_eps", exploration_final_eps)):
+            check_number(f"task.agent.{key}", value, at_least=0, at_most=1,
+                         example=f"task.agent.{key}=0.05")
+        self.n_actions = int(action_space.n)
+        self.start = int(action_space.start)
+        self.q = mlp([int(np.prod(observation_space.shape)), *tuple(hidden), self.n_actions],
+                     activation)
+        self.fraction = float(exploration_fraction)
+        self.initial_eps, self.final_eps = float(exploration_initial_eps), float(
+            exploration_final_eps)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """Q values ``(B, n_actions)``."""
+        return self.q(obs.flatten(1))
+
+    def epsilon(self, progress: float) -> float:
+        """The chance of a random action at ``progress`` (the fraction of the run's env steps
+        taken): linear from the initial to the final value over ``exploration_fraction``."""
+        return linear(self.initial_eps, self.final_eps, min(1.0, progress / self.fraction))
+
+    def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
+                progress: float = 0.0) -> torch.Tensor:  # fmt: skip
+        """The collector's actions (indices ``(B,)``): epsilon-greedy at ``progress``."""
+        greedy = self.q(obs.flatten(1)).argmax(1)
+        shape, device = greedy.shape, greedy.device
+        chance = torch.rand(shape, generator=generator, device=device)
+        uniform = torch.randint(self.n_actions, shape, generator=generator, device=device)
+        return torch.where(chance < self.epsilon(progress), uniform, greedy)
+
+    def act(self, obs: torch.Tensor, greedy: bool = True,
+            generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
+        """Actions in the env's units: the greedy one, or an epsilon-greedy one at the run's
+        end (``greedy=False``)."""
+        index = self.q(obs.flatten(1)).argmax(1) if greedy else self.explore(obs, generator, 1.0)
+        return index + self.start
+
+    def exploration_state(self, progress: float) -> dict[str, float]:
+        """The exploration rule at ``progress``: ``{"epsilon": ...}`` (what a checkpoint holds
+        and a resume checks against this run's schedule)."""
+        return {"epsilon": self.epsilon(progress)}
+
+
+#: ``task.agent.kind``: the agent class each name builds (the other options are the class's).
+AGENTS: dict[str, type[OffPolicyAgent] | type[QAgent]] = {"actor_critic": OffPolicyAgent,
+                                                          "q": QAgent}

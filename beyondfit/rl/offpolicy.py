@@ -1,11 +1,15 @@
 """The replay collector: off-policy RL as an iterable of sampled minibatches for the one engine.
 
-Each env step acts in a Gymnasium vector env with the agent's current exploration policy
-(uniformly random actions for the first ``learning_starts`` env steps), stores the transitions
-in a :class:`~beyondfit.rl.replay.ReplayBuffer` on the training device, and then yields as many
+Each env step acts in a Gymnasium vector env with the agent's own exploration rule
+(``agent.explore``: SAC's sample, TD3's noise, DQN's epsilon-greedy; uniformly random actions
+for the first ``learning_starts`` env steps), stores the transitions in a
+:class:`~beyondfit.rl.replay.ReplayBuffer` on the training device, and then yields as many
 minibatches as the update-to-data ratio owes: after ``e`` env steps, ``floor(ratio * (e -
-learning_starts))`` minibatches in all. The engine takes one step (every due optimizer once)
-per minibatch and never knows it is doing RL.
+learning_starts))`` minibatches in all, or with RL-Zoo's ``train_freq``/``gradient_steps``,
+``gradient_steps`` of them after every ``train_freq`` env steps past ``learning_starts``. The
+engine takes one step (every due optimizer once) per minibatch and never knows it is doing RL.
+Actions are a ``Box``'s (stored scaled to ``[-1, 1]``) or a ``Discrete`` space's (stored as the
+index, ``0`` to ``n - 1``).
 
 Gymnasium 1.x next-step autoreset: the step after an episode's end resets that env copy,
 ignores its action and returns the next episode's first observation. That step is no
@@ -13,72 +17,64 @@ transition: it is never stored and not counted in ``env_steps``; the episode's l
 transition has the true final observation as ``next_obs``, with ``terminated`` and
 ``truncated`` kept apart.
 
-Exact resume: a checkpoint holds the buffer's rows, its position, the sampling generator, and
-what rebuilds the envs' state: each env copy's random-generator state at its episode's start and
-the actions taken since. On resume each copy is reset from that state and the actions are
-replayed, so the run continues bitwise as if never stopped (for envs whose state follows from
-their seed and actions, as Gymnasium's classic-control and MuJoCo envs' does).
+Exact resume: a checkpoint holds the buffer's rows, its position, the sampling generator, the
+exploration rule's state at that env step (DQN's epsilon: checked against this run's schedule on
+load), and what rebuilds the envs' state: each env copy's random-generator state at its
+episode's start and the actions taken since. On resume each copy is reset from that state and
+the actions are replayed, so the run continues bitwise as if never stopped (for envs whose state
+follows from their seed and actions, as Gymnasium's classic-control and MuJoCo envs' does).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
+from beyondfit.core.state_checks import field_problem, is_real
+from beyondfit.rl.actions import DiscreteActions, action_columns
 from beyondfit.rl.envs import observation_converter
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
+from beyondfit.rl.update_ratio import check_ratio, owed, too_short
 
 log = logging.getLogger("beyondfit.rl")
 
 
 class ExploringAgent(Protocol):
-    """What the collector needs of the model: ``explore(obs, generator) -> actions in [-1, 1]``."""
+    """What the collector needs of the model: ``explore(obs, generator, progress)``, the
+    actions to take at ``progress`` (the fraction of the run's env steps taken): in ``[-1, 1]``
+    for a ``Box``, indices for a ``Discrete`` space. Optionally ``exploration_state(progress)``:
+    the rule's values there (``{"epsilon": 0.3}``), kept in checkpoints and checked on resume."""
 
-    def explore(self, obs: torch.Tensor, generator: torch.Generator) -> torch.Tensor: ...
+    def explore(self, obs: torch.Tensor, generator: torch.Generator,
+                progress: float) -> torch.Tensor: ...  # fmt: skip
 
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
-
-
-def box_bounds(space: gym.Space, env_id: str = "") -> tuple[np.ndarray, np.ndarray]:
-    """``(low, high)`` of a bounded ``Box`` action space, else a :class:`BeyondfitError`."""
-    where = f" of env {env_id!r}" if env_id else ""
-    if not isinstance(space, gym.spaces.Box):
-        raise BeyondfitError(
-            f"action space {space}{where} is not a Box: SAC and TD3 act in continuous (Box) "
-            "action spaces; for Discrete actions use algo=ppo"
-        )
-    low, high = space.low.reshape(-1), space.high.reshape(-1)
-    if not (np.isfinite(low).all() and np.isfinite(high).all()):
-        raise BeyondfitError(
-            f"action space {space}{where} is unbounded: SAC and TD3 squash actions into the "
-            "Box's bounds; wrap the env with gymnasium.wrappers.RescaleAction or ClipAction"
-        )
-    return low.astype(np.float64), high.astype(np.float64)
 
 
 class ReplayCollector:
     """Iterable of :class:`~beyondfit.rl.replay.ReplayBatch` minibatches, collected as it goes.
 
     Args:
-        envs: a Gymnasium vector env with next-step autoreset (:func:`make_vector_env`).
-        agent: the model being trained; ``agent.explore(obs, generator)`` gives actions in
-            ``[-1, 1]`` (on whatever device the engine moved it to).
+        envs: a Gymnasium vector env with next-step autoreset (:func:`make_vector_env`);
+            ``Box`` or ``Discrete`` actions.
+        agent: the model being trained (:class:`ExploringAgent`; on whatever device the
+            engine moved it to).
         total_env_steps: iteration ends after this many env steps (transitions stored).
         buffer_size: transitions kept (at most ``total_env_steps`` rows are allocated).
         batch_size: rows per minibatch.
         learning_starts: env steps of uniformly random actions before the first minibatch.
         updates_per_step: minibatches per env step (the update-to-data ratio; 0.5: one per
-            two env steps, 2: two per env step).
+            two env steps, 2: two per env step); ``None`` with ``train_freq``.
+        train_freq, gradient_steps: RL-Zoo's form of the ratio instead: ``gradient_steps``
+            minibatches after every ``train_freq`` env steps (``-1``: ``train_freq`` of them).
         seed: seeds the envs (copy ``i`` with ``seed + i``) and the collector's generator
             (random actions, exploration noise, minibatch sampling).
         save_buffer: put the buffer's rows in checkpoints (``False`` for a buffer too large to
@@ -97,7 +93,9 @@ class ReplayCollector:
         buffer_size: int = 1_000_000,
         batch_size: int = 256,
         learning_starts: int = 100,
-        updates_per_step: float = 1.0,
+        updates_per_step: float | None = 1.0,
+        train_freq: int | None = None,
+        gradient_steps: int = 1,
         seed: int = 0,
         save_buffer: bool = True,
     ) -> None:
@@ -106,19 +104,20 @@ class ReplayCollector:
             check_number(f"task.{_key(name)}", value, integer=True, above=0)
         check_number("task.replay.learning_starts", learning_starts, integer=True, at_least=0,
                      example="task.replay.learning_starts=1000")
-        check_number("task.replay.updates_per_step", updates_per_step, above=0, at_most=1024,
-                     example="task.replay.updates_per_step=1 (one minibatch per env step)")
+        self.train_freq, self.gradient_steps = check_ratio(updates_per_step, train_freq,
+                                                            gradient_steps)
         self.envs, self.agent = envs, agent
-        self.low, self.high = box_bounds(envs.single_action_space)
-        self._half = (self.high - self.low) / 2
-        self._action_dtype = envs.single_action_space.dtype
-        self._action_shape = (envs.num_envs, *envs.single_action_space.shape)
+        self.actions = action_columns(envs.single_action_space, envs.num_envs)
+        self.discrete = isinstance(self.actions, DiscreteActions)
         self.obs_dim = int(np.prod(envs.single_observation_space.shape))
-        self.act_dim = self.low.size
+        self.act_dim = self.actions.columns
         self.total_env_steps, self.batch_size = total_env_steps, batch_size
-        self.learning_starts, self.updates_per_step = learning_starts, float(updates_per_step)
+        self.learning_starts = learning_starts
+        self.updates_per_step = None if updates_per_step is None else float(updates_per_step)
         self.seed, self.save_buffer = seed, bool(save_buffer)
-        self.buffer = ReplayBuffer(min(buffer_size, total_env_steps), self.obs_dim, self.act_dim)
+        if self._owed(total_env_steps) < 1:
+            raise BeyondfitError(too_short(total_env_steps, learning_starts, train_freq))
+        self.buffer = self._new_buffer(min(buffer_size, total_env_steps))
         self.env_steps = 0  # transitions stored (autoreset steps are none)
         self.yielded = 0  # minibatches yielded
         self._generator: torch.Generator | None = None
@@ -140,8 +139,18 @@ class ReplayCollector:
     # ------------------------------------------------------------------------------ counts
     def _owed(self, env_steps: int) -> int:
         """Minibatches due in all once ``env_steps`` transitions are stored."""
-        done = min(env_steps, self.total_env_steps) - self.learning_starts
-        return max(0, math.floor(self.updates_per_step * done + 1e-9))
+        return owed(min(env_steps, self.total_env_steps), self.learning_starts,
+                    self.updates_per_step, self.train_freq, self.gradient_steps)
+
+    @property
+    def update_ratio(self) -> float:
+        """Minibatches per env step, on average."""
+        if self.updates_per_step is None:
+            return self.gradient_steps / self.train_freq
+        return self.updates_per_step
+
+    def _new_buffer(self, capacity: int) -> ReplayBuffer:
+        return ReplayBuffer(capacity, self.obs_dim, self.act_dim, discrete=self.discrete)
 
     def __len__(self) -> int:
         """Minibatches of the whole run (the engine's steps): schedulers, bars, epoch ends."""
@@ -161,8 +170,7 @@ class ReplayCollector:
         self.seed = seed + 1_000_003 * rank  # far apart: copy i of a rank is seeded seed + i
         self.total_env_steps = -(-total // world_size)
         self.learning_starts = -(-starts // world_size)
-        self.buffer = ReplayBuffer(min(self.buffer.capacity, self.total_env_steps),
-                                   self.obs_dim, self.act_dim)
+        self.buffer = self._new_buffer(min(self.buffer.capacity, self.total_env_steps))
         return self
 
     # ------------------------------------------------------------------------------ iteration
@@ -192,14 +200,13 @@ class ReplayCollector:
         """One vector-env step: act, store the valid transitions, count, bookkeep episodes."""
         obs, gen = self._obs, self._generator
         if self.env_steps < self.learning_starts:
-            action = torch.rand(self._action_shape, generator=gen, device=device)
-            action = action.mul_(2).sub_(1).cpu().numpy()
+            action = self.actions.random(gen, device)
         else:
             with torch.inference_mode():
-                action = self.agent.explore(to_obs(obs), gen).cpu().numpy()
+                action = self.agent.explore(to_obs(obs), gen, self.progress).cpu().numpy()
         action = action.reshape(len(obs), -1)
-        sent = (self.low + (action + 1.0) * self._half).astype(self._action_dtype)
-        next_obs, reward, term, trunc, _ = self.envs.step(sent.reshape(self._action_shape))
+        sent = self.actions.to_env(action)
+        next_obs, reward, term, trunc, _ = self.envs.step(sent)
         valid = ~self._prev_done  # copies that reset in this step took no transition
         n = len(obs)
         rows = np.concatenate([obs.reshape(n, -1), action, reward.reshape(n, 1),
@@ -286,10 +293,17 @@ class ReplayCollector:
         return out
 
     # ------------------------------------------------------------------------------ checkpoint
+    def _exploration(self, env_steps: int) -> dict[str, float]:
+        """The agent's exploration rule after ``env_steps`` (``{}``: nothing that changes)."""
+        rule = getattr(self.agent, "exploration_state", None)
+        return {} if rule is None else dict(rule(min(1.0, env_steps / self.total_env_steps)))
+
     def state_dict(self) -> dict[str, Any]:
-        """Counters, generator, buffer (rows unless ``save_buffer=False``) and env state."""
+        """Counters, generator, buffer (rows unless ``save_buffer=False``), the exploration
+        rule's state and the env state."""
         state: dict[str, Any] = {
             "env_steps": self.env_steps, "yielded": self.yielded,
+            "exploration": self._exploration(self.env_steps),
             "buffer": self.buffer.state_dict(contents=self.save_buffer),
             "prev_done": self._prev_done.tolist(),
             "ep_return": self._ep_return.tolist(), "ep_length": self._ep_length.tolist(),
@@ -307,8 +321,27 @@ class ReplayCollector:
                 ]
         return state
 
+    def state_problem(self, state: Any) -> str | None:
+        """What is wrong with a saved state's counters and exploration entry, or ``None``."""
+        problem = field_problem(state, {"env_steps": "count", "yielded": "count",
+                                        "generator": "generator"})
+        if problem is None and not isinstance(state.get("buffer"), dict):
+            problem = "buffer is not a mapping"
+        explore = state.get("exploration", {}) if problem is None else {}
+        if not isinstance(explore, dict) or not all(
+                isinstance(k, str) and is_real(v) and 0 <= v <= 1 for k, v in explore.items()):
+            problem = f"exploration={explore!r} is not a mapping of names to numbers in [0, 1]"
+        return problem
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the envs are rebuilt at the start of the next pass."""
+        saved, now = state.get("exploration"), self._exploration(int(state["env_steps"]))
+        if saved is not None and dict(saved) != now:
+            raise BeyondfitError(
+                f"the checkpoint's exploration {dict(saved)} at env step {state['env_steps']} is "
+                f"not this run's schedule there ({now}): resume with the run's own task.agent "
+                "exploration settings and task.total_env_steps"
+            )
         self.env_steps = int(state["env_steps"])
         self.yielded = int(state["yielded"])
         had_rows = self.buffer.load_state_dict(state["buffer"])

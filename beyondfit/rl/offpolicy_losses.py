@@ -1,19 +1,14 @@
-"""Off-policy actor-critic algorithms as named loss closures, one per optimizer.
+"""Off-policy algorithms, each a factory that declares its updates (one per optimizer).
 
-A factory (``sac_loss(gamma=0.99)``) returns a mapping ``{update name: closure}``; each closure
-``loss(model, batch)`` gets the :class:`~beyondfit.rl.agents.OffPolicyAgent` and a
-:class:`~beyondfit.rl.replay.ReplayBatch` and returns ``{"loss": ..., other logged values}``.
-The off-policy task gives each name its own optimizer over its own parameters, stepped in the
-mapping's order on every minibatch:
-
-- ``critic``: ``model.critic``'s parameters; ``model.critic_target`` follows it;
-- ``actor``: ``model.actor``'s; ``model.actor_target`` (if any) follows it;
-- ``alpha``: ``model.log_alpha`` (SAC's temperature).
-
-A closure with an ``every`` attribute steps once every ``every`` minibatches (TD3's delayed
-actor). A loss of your own is a factory like these in your own module, picked with
-``task.loss._target_=mymodule.my_loss``; each closure's backward reaches its own optimizer's
-parameters only, so an actor loss may run the critic freely.
+A factory (``sac_loss(gamma=0.99)``) returns a list of
+:class:`~beyondfit.rl.algorithm.OffPolicyUpdate`: each a closure ``loss(model, batch)`` over the
+agent (:class:`~beyondfit.rl.agents.OffPolicyAgent`, or :class:`~beyondfit.rl.agents.QAgent` for
+DQN) and a :class:`~beyondfit.rl.replay.ReplayBatch`, the part of the agent its optimizer trains,
+its step ratio and the target copy that follows it; the engine steps them in the list's order on
+every minibatch. Read each factory's ``return`` for the whole algorithm's optimizers. A loss of
+your own is a factory like these in your own module (``task.loss._target_=mymodule.my_loss``);
+each closure's backward reaches its own optimizer's parameters only, so an actor loss may run the
+critic freely.
 """
 
 from __future__ import annotations
@@ -22,17 +17,24 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.rl.agents import OffPolicyAgent
+from beyondfit.rl.agents import OffPolicyAgent, QAgent
+from beyondfit.rl.algorithm import OffPolicyUpdate, Target
 from beyondfit.rl.replay import ReplayBatch
 
-Closure = Callable[[OffPolicyAgent, ReplayBatch], dict[str, torch.Tensor]]
+Closure = Callable[[Any, ReplayBatch], dict[str, torch.Tensor]]
 
 
 def _check_gamma(gamma: float) -> None:
     check_number("task.loss.gamma", gamma, at_least=0, at_most=1, example="task.loss.gamma=0.99")
+
+
+def _check_tau(tau: float) -> None:
+    check_number("task.loss.tau", tau, above=0, at_most=1,
+                 example="task.loss.tau=0.005 (1.0: a hard copy)")
 
 
 def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -40,19 +42,49 @@ def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> to
     return batch.rewards + gamma * (1.0 - batch.terminated) * next_value
 
 
-def sac_loss(gamma: float = 0.99, target_entropy: float | str = "auto") -> dict[str, Closure]:
+class Handoff:
+    """A value one update's closure gives the next one on the same minibatch, declared beside
+    both. ``take`` refuses a value that was not given since the last ``take`` (the giver did
+    not run on this minibatch), so a changed order fails loudly instead of reading a stale one.
+    """
+
+    def __init__(self, giver: str, taker: str) -> None:
+        self.giver, self.taker = giver, taker
+        self._value: torch.Tensor | None = None
+
+    def give(self, value: torch.Tensor) -> None:
+        """Leave ``value`` for the taker."""
+        self._value = value
+
+    def take(self) -> torch.Tensor:
+        """The value given on this minibatch (once)."""
+        value, self._value = self._value, None
+        if value is None:
+            raise BeyondfitError(
+                f"the {self.taker!r} update reads what the {self.giver!r} update's closure gave on "
+                f"the same minibatch, and {self.giver!r} gave nothing: declare {self.giver!r} "
+                f"right before {self.taker!r}, stepping as often"
+            )
+        return value
+
+
+def sac_loss(gamma: float = 0.99, target_entropy: float | str = "auto",
+             tau: float = 0.005) -> list[OffPolicyUpdate]:  # fmt: skip
     """Soft actor-critic (Haarnoja et al. 2018; SB3's and CleanRL's form).
 
     - ``critic``: ``0.5 * sum_m mse(Q_m(s, a), r + gamma (1 - term) (min_m Q'_m(s', a') -
-      alpha log pi(a'|s')))`` with ``a' ~ pi(s')`` and the target critics ``Q'``;
+      alpha log pi(a'|s')))`` with ``a' ~ pi(s')`` and the target critics ``Q'`` (Polyak
+      ``tau`` after every critic step);
     - ``actor``: ``mean(alpha log pi(a|s) - min_m Q_m(s, a))`` for a fresh ``a ~ pi(s)``;
-    - ``alpha``: ``-mean(log_alpha (log pi(a|s) + target_entropy))`` with the actor's
-      log-probabilities of the same minibatch; ``target_entropy="auto"`` is ``-act_dim``.
+    - ``alpha``: ``-mean(log_alpha (log pi(a|s) + target_entropy))`` with the log-probabilities
+      the actor's update drew on the same minibatch (SB3's form; a :class:`Handoff`);
+      ``target_entropy="auto"`` is ``-act_dim``.
     """
     _check_gamma(gamma)
+    _check_tau(tau)
     if target_entropy != "auto" and not isinstance(target_entropy, int | float):
         raise BeyondfitError(f"task.loss.target_entropy={target_entropy!r}: a number or auto")
-    shared: dict[str, torch.Tensor] = {}  # the actor's log-probs, for the temperature
+    actor_log_prob = Handoff("actor", "alpha")
 
     def critic(model: OffPolicyAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
         with torch.no_grad():
@@ -67,32 +99,36 @@ def sac_loss(gamma: float = 0.99, target_entropy: float | str = "auto") -> dict[
     def actor(model: OffPolicyAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
         action, log_prob = model.actor.sample(batch.obs)
         q = model.critic(batch.obs, action).min(0).values
-        shared["log_prob"] = log_prob.detach()
+        actor_log_prob.give(log_prob.detach())
         loss = (model.log_alpha.detach().exp() * log_prob - q).mean()
         return {"loss": loss, "entropy": -log_prob.detach().mean()}
 
     def alpha(model: OffPolicyAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
-        log_prob = shared.pop("log_prob", None)
-        if log_prob is None:  # the actor did not run on this minibatch (a loss of one's own)
-            with torch.no_grad():
-                log_prob = model.actor.sample(batch.obs)[1]
+        log_prob = actor_log_prob.take()
         target = -float(model.act_dim) if target_entropy == "auto" else float(target_entropy)
         loss = -(model.log_alpha * (log_prob + target)).mean()
         return {"loss": loss, "value": model.log_alpha.detach().exp()}
 
-    return {"critic": critic, "actor": actor, "alpha": alpha}
+    return [
+        OffPolicyUpdate("critic", critic, trains="critic", target=Target("critic_target", tau)),
+        OffPolicyUpdate("actor", actor, trains="actor"),
+        OffPolicyUpdate("alpha", alpha, trains="log_alpha"),  # right after the actor: Handoff
+    ]
 
 
 def td3_loss(gamma: float = 0.99, policy_noise: float = 0.2, noise_clip: float = 0.5,
-             policy_delay: int = 2) -> dict[str, Any]:  # fmt: skip
+             policy_delay: int = 2, tau: float = 0.005) -> list[OffPolicyUpdate]:  # fmt: skip
     """TD3 (Fujimoto et al. 2018; SB3's form): clipped double Q, target policy smoothing and a
     delayed actor.
 
     - ``critic``: ``sum_m mse(Q_m(s, a), r + gamma (1 - term) min_m Q'_m(s', a'))`` with
       ``a' = clip(mu'(s') + clip(N(0, policy_noise), -noise_clip, noise_clip), -1, 1)``;
-    - ``actor`` (every ``policy_delay`` minibatches): ``-mean(Q_1(s, mu(s)))``.
+    - ``actor`` (every ``policy_delay`` minibatches): ``-mean(Q_1(s, mu(s)))``;
+    - both targets follow by Polyak ``tau`` once every ``policy_delay`` minibatches (the
+      critic's after every ``policy_delay``-th critic step, the actor's after each actor step).
     """
     _check_gamma(gamma)
+    _check_tau(tau)
     check_number("task.loss.policy_delay", policy_delay, integer=True, at_least=1,
                  example="task.loss.policy_delay=2")
 
@@ -109,5 +145,46 @@ def td3_loss(gamma: float = 0.99, policy_noise: float = 0.2, noise_clip: float =
     def actor(model: OffPolicyAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
         return {"loss": -model.critic(batch.obs, model.actor(batch.obs), members=1).mean()}
 
-    actor.every = policy_delay  # type: ignore[attr-defined]
-    return {"critic": critic, "actor": actor}
+    return [
+        OffPolicyUpdate("critic", critic, trains="critic",
+                        target=Target("critic_target", tau, every=policy_delay)),
+        OffPolicyUpdate("actor", actor, trains="actor", every=policy_delay,
+                        target=Target("actor_target", tau)),
+    ]
+
+
+def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau: float = 1.0,
+             target_every: int = 10_000) -> list[OffPolicyUpdate]:  # fmt: skip
+    """DQN (Mnih et al. 2015; SB3's form), and Double DQN (van Hasselt et al. 2016).
+
+    - ``q``: ``huber(Q(s, a), r + gamma (1 - term) Q'(s', a*))`` (squared error with
+      ``huber=False``), ``a* = argmax_a Q'(s', a)``; with ``double=True`` the online network
+      picks ``a* = argmax_a Q(s', a)`` and the target network ``Q'`` scores it;
+    - the target network follows once every ``target_every`` optimizer steps: a hard copy with
+      ``tau=1.0`` (SB3's ``target_update_interval``, there counted in env steps), Polyak
+      otherwise (CleanRL's ``tau``).
+
+    Gradient clipping is the engine's (``engine.clip_norm=10``: SB3's ``max_grad_norm``).
+    """
+    _check_gamma(gamma)
+    _check_tau(tau)
+    check_number("task.loss.target_every", target_every, integer=True, at_least=1,
+                 example="task.loss.target_every=1000 (optimizer steps between target copies)")
+    for key, value in (("double", double), ("huber", huber)):
+        if not isinstance(value, bool):
+            raise BeyondfitError(f"task.loss.{key}={value!r}: true or false")
+
+    def q(model: QAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            next_q = model.q_target(batch.next_obs)
+            if double:
+                best = model.q(batch.next_obs).argmax(1, keepdim=True)
+                next_value = next_q.gather(1, best).squeeze(1)
+            else:
+                next_value = next_q.max(1).values
+            target = _td_target(batch, next_value, gamma)
+        taken = model.q(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
+        error = F.smooth_l1_loss if huber else F.mse_loss
+        return {"loss": error(taken, target), "q": taken.detach().mean()}
+
+    return [OffPolicyUpdate("q", q, trains="q", target=Target("q_target", tau, target_every))]

@@ -78,12 +78,14 @@ def load_policy(
 
 def build_policy(meta: dict, env: gym.Env) -> nn.Module:
     """The network a checked policy entry describes, for ``env``'s spaces (weights untrained):
-    an :class:`ActorCritic`, or an off-policy agent (SAC, TD3) for ``kind: offpolicy``."""
+    an :class:`ActorCritic`, or an off-policy agent (SAC, TD3, DQN) for ``kind: offpolicy``."""
     if meta.get("kind") == "offpolicy":
-        from beyondfit.rl.agents import OffPolicyAgent
+        from beyondfit.rl.agents import AGENTS
 
+        options = dict(meta["agent"])
+        agent = AGENTS[options.pop("kind", "actor_critic")]  # checked by check_policy
         try:
-            return OffPolicyAgent(env.observation_space, env.action_space, **meta["agent"])
+            return agent(env.observation_space, env.action_space, **options)
         except (TypeError, ValueError) as exc:
             raise BeyondfitError(f"the policy entry's agent options do not build an agent: "
                                  f"{exc}") from None

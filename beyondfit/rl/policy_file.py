@@ -38,14 +38,16 @@ NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]
 #: Gymnasium wrappers play will not rebuild from a file: RecordVideo writes files where its
 #: options say (play records videos only where ``--video`` says).
 REFUSED_WRAPPERS = frozenset({"RecordVideo"})
-#: The entries of an off-policy agent's description (SAC, TD3: ``kind: offpolicy``) and the
-#: options of :class:`~beyondfit.rl.agents.OffPolicyAgent` it may give.
+#: The entries of an off-policy agent's description (SAC, TD3, DQN: ``kind: offpolicy``) and
+#: the options it may give: the agent's ``kind`` (``beyondfit.tasks.offpolicy.AGENTS``) and
+#: those of :class:`~beyondfit.rl.agents.OffPolicyAgent` or :class:`~beyondfit.rl.agents.QAgent`.
 AGENT_KEYS = ("kind", "env", "wrappers", "agent")
-AGENT_OPTIONS = ("actor", "hidden", "critic_hidden", "critics", "critic_target", "actor_target",
-                 "init_alpha", "exploration_noise", "log_std", "activation")
+AGENT_KINDS = ("actor_critic", "q")
+AGENT_OPTIONS = ("kind", "actor", "hidden", "critic_hidden", "critics", "init_alpha",
+                 "exploration_noise", "log_std", "activation", "exploration_fraction",
+                 "exploration_initial_eps", "exploration_final_eps")
 #: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.agents.LOG_STD_RANGES`' names).
 _LOG_STD_MODES = ("tanh", "clamp")
-_TARGET_OPTIONS = ("rate", "every")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
 _MAX_LAYERS, _MAX_WIDTH = 64, 1 << 20
 
@@ -178,13 +180,9 @@ def _check_agent(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
     if not isinstance(agent, Mapping) or set(agent) - set(AGENT_OPTIONS):
         raise bad("agent", f"a mapping of {', '.join(AGENT_OPTIONS)}")
     for key, value in agent.items():
-        if key in ("critic_target", "actor_target") and isinstance(value, Mapping):
-            if set(value) - set(_TARGET_OPTIONS):
-                raise bad("agent", f"{key} of {', '.join(_TARGET_OPTIONS)}")
-            for name, number in value.items():
-                check_literal(number, f"agent.{key}.{name}", source)
-        else:
-            check_literal(value, f"agent.{key}", source)
+        check_literal(value, f"agent.{key}", source)
+    if agent.get("kind", "actor_critic") not in AGENT_KINDS:
+        raise bad("agent", f"a kind among {', '.join(AGENT_KINDS)}")
     hidden = [*agent.get("hidden", ()), *(agent.get("critic_hidden") or ())]
     if len(hidden) > 2 * _MAX_LAYERS or not all(
             type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden):

@@ -3,7 +3,8 @@
 Each stored transition is one row ``[obs | action | reward | next_obs | terminated | truncated]``
 of a ``(capacity, width)`` float32 tensor, so a minibatch is one ``index_select`` (one gather
 kernel, on the GPU too) and its fields are views of it. Rows are written in order and, past
-the capacity, overwrite the oldest.
+the capacity, overwrite the oldest. A ``Discrete`` action is stored as its index (exact in
+float32 below ``2**24``) and handed out as int64.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ class ReplayBatch(NamedTuple):
 
     Attributes:
         obs: observations the actions were taken in, ``(B, obs_dim)`` float32 (flattened).
-        actions: the actions taken, ``(B, act_dim)``, **scaled to [-1, 1]**: the env received
-            ``low + (actions + 1) / 2 * (high - low)``.
+        actions: the actions taken. ``Box``: ``(B, act_dim)`` float32, **scaled to [-1, 1]**:
+            the env received ``low + (actions + 1) / 2 * (high - low)``. ``Discrete``:
+            ``(B,)`` int64 indices ``0 .. n - 1`` (the env received ``start + index``).
         rewards: ``(B,)``.
         next_obs: the observation after the action, ``(B, obs_dim)``; at an episode's end the
             episode's true last observation (never the next episode's first).
@@ -48,13 +50,17 @@ class ReplayBuffer:
         capacity: rows kept; the oldest are overwritten past it.
         obs_dim, act_dim: flat sizes of an observation and an action.
         device: where the rows live (the training device: sampling never leaves it).
+        discrete: the action is one index (``act_dim`` 1), handed out as int64 ``(B,)``.
     """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int,
-                 device: torch.device | str = "cpu") -> None:  # fmt: skip
+                 device: torch.device | str = "cpu", discrete: bool = False) -> None:  # fmt: skip
         check_number("task.replay.buffer_size", capacity, integer=True, above=0,
                      example="task.replay.buffer_size=1000000")
         self.capacity, self.obs_dim, self.act_dim = capacity, obs_dim, act_dim
+        if discrete and act_dim != 1:
+            raise BeyondfitError(f"a discrete action is one index, not {act_dim} values")
+        self.discrete = discrete
         o, a = obs_dim, act_dim
         # Column slices of a row, in order.
         self._slices = (slice(0, o), slice(o, o + a), o + a, slice(o + a + 1, 2 * o + a + 1),
@@ -101,7 +107,8 @@ class ReplayBuffer:
     def fields(self, rows: torch.Tensor) -> ReplayBatch:
         """The named views of a ``(B, width)`` block of rows."""
         obs, act, rew, nxt, term, trunc = self._slices
-        return ReplayBatch(rows[:, obs], rows[:, act], rows[:, rew], rows[:, nxt],
+        actions = rows[:, act.start].long() if self.discrete else rows[:, act]
+        return ReplayBatch(rows[:, obs], actions, rows[:, rew], rows[:, nxt],
                            rows[:, term], rows[:, trunc])  # fmt: skip
 
     # ------------------------------------------------------------------ checkpointing

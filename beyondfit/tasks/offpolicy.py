@@ -1,28 +1,31 @@
-"""Off-policy actor-critic RL on any Gymnasium env with Box actions: SAC, TD3, yours.
+"""Off-policy RL on any Gymnasium env with Box or Discrete actions: SAC, TD3, DQN, yours.
 
-The same claim as the policy-gradient task, for replay: an agent (the model: actor, critic
-ensemble, target copies, temperature), a replay collector (the training data: it steps the env
-and yields sampled minibatches until ``total_env_steps``), the algorithm as one named loss
-closure per optimizer (``critic``, ``actor``, ``alpha``: see :mod:`beyondfit.rl.offpolicy_losses`)
-and a greedy evaluator. The command line builds one optimizer per closure from the
-``optimizer`` group and the engine steps them in order on every minibatch.
+The same claim as the policy-gradient task, for replay: an agent (the model: an actor and a
+critic ensemble, or a Q network), a replay collector (the training data: it steps the env with
+the agent's exploration rule and yields sampled minibatches until ``total_env_steps``), the
+algorithm as the updates its loss factory declares (:mod:`beyondfit.rl.algorithm`: each a
+closure, the part of the agent it trains, its step ratio, its target copy) and a greedy
+evaluator. This builder knows no algorithm's part names: it gives the agent the parts and
+target copies the updates declare, and the command line builds one optimizer per update from
+the ``optimizer`` group; the engine steps them in order on every minibatch.
 
 On the command line an algorithm is one file of the ``algo`` group (``conf/algo/sac.yaml``,
-``td3.yaml``): the loss factory (``task.loss``), the replay settings (``task.replay``) and the
-agent (``task.agent``: actor kind, sizes, target networks).
+``td3.yaml``, ``dqn.yaml``): the loss factory (``task.loss``), the replay settings
+(``task.replay``) and the agent (``task.agent``: its ``kind``, sizes, exploration).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beyondfit import Task
 from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_learning_rate
-from beyondfit.rl.agents import OffPolicyAgent
+from beyondfit.rl.agents import AGENTS
+from beyondfit.rl.algorithm import OffPolicyUpdate, attach_parts, check_updates, trained_params
 from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
@@ -35,16 +38,15 @@ REPLAY_DEFAULTS: dict[str, Any] = {
     "buffer_size": 1_000_000,  # transitions kept
     "batch_size": 256,         # rows per minibatch
     "learning_starts": 100,    # env steps of random actions before the first update
-    "updates_per_step": 1.0,   # minibatches (engine steps) per env step
+    "updates_per_step": 1.0,   # minibatches (engine steps) per env step; null: train_freq's
+    "train_freq": None,        # or RL-Zoo's: gradient_steps minibatches every train_freq env steps
+    "gradient_steps": 1,       # (-1: train_freq of them)
     "save_buffer": True,       # put the buffer in checkpoints (resume= continues exactly)
 }  # fmt: skip
-#: Which parameters each named closure's optimizer trains, and which target copy follows it.
-PARTS = {"critic": ("critic", "critic_target"), "actor": ("actor", "actor_target"),
-         "alpha": ("log_alpha", None)}
 
 
 def build(
-    loss: Mapping[str, Callable[..., Any]],
+    loss: Sequence[OffPolicyUpdate],
     env: str = "Pendulum-v1",
     wrappers: Sequence[WrapperFn] = (),
     seed: int = 0,
@@ -63,19 +65,21 @@ def build(
     log_std_init: Any = None,
     confirm_episodes: int = 10,
 ) -> Task:
-    """Build the off-policy task: agent, replay collector, one update per loss closure.
+    """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
     Args:
-        loss: ``{name: closure}`` from a factory such as ``sac_loss`` (``task.loss``); names
-            among ``critic``, ``actor``, ``alpha``, stepped in the mapping's order.
+        loss: the list of :class:`~beyondfit.rl.algorithm.OffPolicyUpdate` a factory such as
+            ``sac_loss`` returns (``task.loss``), stepped in the list's order.
         env, wrappers, seed, num_envs, eval_episodes, target_return: as for the
-            policy-gradient task; actions must be a bounded ``Box``.
+            policy-gradient task; actions a bounded ``Box`` or ``Discrete``, as the agent takes.
         total_env_steps: env steps (stored transitions) of the whole run.
         replay: keys of :data:`REPLAY_DEFAULTS`.
-        agent: options of :class:`~beyondfit.rl.agents.OffPolicyAgent` (``actor``, ``hidden``,
-            ``critics``, ``critic_target``, ``actor_target``, ``init_alpha``, ...).
-        optimizers: one closure's own optimizer settings over the ``optimizer`` group's, by
-            closure name, e.g. ``{"critic": {"lr": 1e-3}}`` (CleanRL's critic rate).
+        agent: ``kind`` (a key of :data:`~beyondfit.rl.agents.AGENTS`: ``actor_critic`` for
+            SAC and TD3, ``q`` for DQN) and that class's options (``OffPolicyAgent``:
+            ``actor``, ``hidden``, ``critics``, ``init_alpha``, ...; ``QAgent``: ``hidden``,
+            ``exploration_fraction``, ...).
+        optimizers: one update's own optimizer settings over the ``optimizer`` group's, by
+            update name, e.g. ``{"critic": {"lr": 1e-3}}`` (CleanRL's critic rate).
         eval_every_env_steps: env steps between greedy evaluations.
         gamma, hidden, activation: the task's discount and network settings, which the algo
             files hand on (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read
@@ -86,16 +90,7 @@ def build(
             the reported return (:class:`~beyondfit.rl.confirm.ConfirmingEvaluation`; 0: none).
     """
     started = time.perf_counter()
-    if not isinstance(loss, Mapping) or not loss or not all(callable(f) for f in loss.values()):
-        raise BeyondfitError(
-            f"task.loss gave {type(loss).__name__}, not a mapping of named loss closures: an "
-            "off-policy loss factory returns {'critic': fn, 'actor': fn, ...} (see "
-            "beyondfit.rl.offpolicy_losses), or pick one with algo=sac or algo=td3"
-        )
-    unknown = sorted(set(loss) - set(PARTS))
-    if unknown:
-        raise BeyondfitError(f"task.loss returned closures named {unknown}; each name picks "
-                             f"the parameters it trains: use {', '.join(PARTS)}")
+    updates = check_updates(loss)
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
                      eval_every_env_steps=eval_every_env_steps, eval_episodes=eval_episodes,
                      confirm_episodes=confirm_episodes)
@@ -108,37 +103,38 @@ def build(
         raise BeyondfitError(f"unknown task.replay option(s) {extra}; known: "
                              f"{', '.join(REPLAY_DEFAULTS)}")
     options = dict(agent or {})
-    own_settings = _optimizer_settings(optimizers, loss)
+    kind = options.pop("kind", "actor_critic")
+    if kind not in AGENTS:
+        raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
+                             f"{', '.join(AGENTS)}")
+    own_settings = _optimizer_settings(optimizers, [u.name for u in updates])
     envs = make_vector_env(env, num_envs, wrappers)
     try:
         try:
-            model = OffPolicyAgent(envs.single_observation_space, envs.single_action_space,
-                                   **options)
+            model = AGENTS[kind](envs.single_observation_space, envs.single_action_space,
+                                 **options)
         except TypeError as exc:
             raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
+        # The parts and target copies the algorithm declares, before anything draws random
+        # numbers: a target starts equal to its part.
+        added = attach_parts(model, updates)
+        specs = [UpdateSpec(u.name, u.loss, trained_params(model, u), every=u.every,
+                            after_step=[getattr(model, u.target.name).update] if u.target else [],
+                            optimizer_options=own_settings.get(u.name, {}))
+                 for u in updates]  # fmt: skip
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                buffer_size=settings["buffer_size"],
                                batch_size=settings["batch_size"],
                                learning_starts=settings["learning_starts"],
                                updates_per_step=settings["updates_per_step"],
+                               train_freq=settings["train_freq"],
+                               gradient_steps=settings["gradient_steps"],
                                save_buffer=bool(settings["save_buffer"]))
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                     progress=lambda: data.env_steps, wrappers=wrappers)
     except BaseException:
         envs.close()
         raise
-    updates = []
-    for name, closure in loss.items():
-        params_name, target_name = PARTS[name]
-        params = getattr(model, params_name)
-        if params is None:
-            raise BeyondfitError(f"task.loss has an {name!r} closure but the agent has no "
-                                 f"{params_name} (set task.agent.init_alpha)")
-        target = getattr(model, target_name) if target_name else None
-        updates.append(UpdateSpec(name, closure, [params] if name == "alpha" else params,
-                                  every=int(getattr(closure, "every", 1)),
-                                  after_step=[target.update] if target is not None else [],
-                                  optimizer_options=own_settings.get(name, {})))
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     stopwatch = Stopwatch()  # training time, for the summary line
@@ -149,18 +145,19 @@ def build(
                                        confirm_episodes, seed, target_return)
         callbacks.append(confirm)
     description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
-                   "agent": _plain(options)}
+                   "agent": _plain({"kind": kind, **options})}
+    # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
     finish = rl_finish(model, description, data, evaluator, env=env, target_return=target_return,
                        eval_episodes=eval_episodes, started=started, stopwatch=stopwatch,
-                       confirm=confirm)
-    per_eval = max(1, round(eval_every_env_steps * settings["updates_per_step"]))
-    return Task(model=model, loss_fn=updates, train_data=data, val_data=evaluator,
+                       confirm=confirm, leave_out=added)
+    per_eval = max(1, round(eval_every_env_steps * data.update_ratio))
+    return Task(model=model, loss_fn=specs, train_data=data, val_data=evaluator,
                 eval_every=per_eval, finish=finish, callbacks=callbacks)
 
 
-def _optimizer_settings(optimizers: Any, loss: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """``task.optimizers`` checked: ``{closure name: {option: value}}`` for closures of the
-    loss, any ``lr`` by the same rule as ``optimizer.lr``."""
+def _optimizer_settings(optimizers: Any, names: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``task.optimizers`` checked: ``{update name: {option: value}}`` for updates the loss
+    declares (``names``), any ``lr`` by the same rule as ``optimizer.lr``."""
     if not optimizers:
         return {}
     if not isinstance(optimizers, Mapping):
@@ -168,10 +165,10 @@ def _optimizer_settings(optimizers: Any, loss: Mapping[str, Any]) -> dict[str, d
                              "optimizer settings, e.g. task.optimizers.critic.lr=0.001")
     settings = {}
     for name, options in optimizers.items():
-        if name not in loss:
+        if name not in names:
             # A tuned preset may set one (hopper_sac.yaml: alpha) for a loss that lacks it.
-            raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} closure; "
-                                 f"its closures are {', '.join(loss)} (task.optimizers=null "
+            raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} update; "
+                                 f"its updates are {', '.join(names)} (task.optimizers=null "
                                  "drops a preset's settings)")
         if not isinstance(options, Mapping):
             raise BeyondfitError(f"task.optimizers.{name}={options!r} must be a mapping of "

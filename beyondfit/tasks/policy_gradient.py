@@ -211,9 +211,11 @@ def rl_finish(
     started: float,
     stopwatch: Stopwatch,
     confirm: ConfirmingEvaluation | None,
+    leave_out: Sequence[str] = (),
 ) -> Callable[[Engine, Path], list[str]]:
     """The RL tasks' ``finish``: close the envs (collector, evaluator, confirming evaluation),
-    then :func:`save_and_report` the model's weights and ``description``."""
+    then :func:`save_and_report` the model's weights (but the submodules and parameters named in
+    ``leave_out``: training's alone, such as target copies) and ``description``."""
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
@@ -221,7 +223,9 @@ def rl_finish(
         evaluator.close()
         if confirm is not None:
             confirm.close()
-        return save_and_report(run_dir, model.state_dict(), description, engine, env,
+        weights = {key: value for key, value in model.state_dict().items()
+                   if key.split(".", 1)[0] not in leave_out}
+        return save_and_report(run_dir, weights, description, engine, env,
                                target_return, eval_episodes, data.env_steps, started,
                                stopwatch=stopwatch, confirm=confirm)
 
