@@ -1,41 +1,250 @@
-"""``engine.compile=true``: torch.compile of the model the closure sees, with an eager fallback.
+"""``compile=True``: each optimizer's whole step compiled (``beyondfit.core.compiled``).
 
-The real compilations are slow (inductor builds C++ kernels: about a minute and a half on two
-busy CPU cores), so they are marked ``slow``; the fallback is tested fast with a stand-in
-backend that fails the way a missing compiler does.
+Most tests trace with dynamo but run the traced graphs as they are (the ``traced`` fixture
+swaps inductor for the graph's own forward): what is checked is ours, what the graphs contain
+and how the engine drives them, in seconds. Inductor's C++ kernels (a minute on two busy
+cores) run in the tests marked ``slow``, which compare a compiled run with the eager one.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from beyondfit import Engine, TensorBatches
+from beyondfit import BeyondfitError, Engine, TensorBatches, Update
+from beyondfit.core import graphs
+from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
 from kit import mse, sum_data
 
 
-def _train(compile: bool, strategy: str = "none", epochs: int = 3) -> tuple[list[float], Engine]:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
-    engine = Engine(model, mse, torch.optim.Adam(model.parameters(), 1e-2), device="cpu",
-                    compile=compile, strategy=strategy)
-    x, y = sum_data()
+@pytest.fixture
+def traced(monkeypatch):
+    """Trace for real, run each graph's Python code instead of inductor's kernels."""
+    monkeypatch.setattr(graphs, "inductor", lambda gm, example_inputs, patches: gm.forward)
+
+
+def _model(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+
+
+def _mse_logs(model, batch):
+    x, y = batch
+    err = model(x) - y
+    return {"loss": (err * err).mean(), "mae": err.abs().mean()}
+
+
+def _train(compile, epochs=3, n=140, eval_every=None, **options):
+    model = _model()
+    engine = Engine(model, _mse_logs, torch.optim.Adam(model.parameters(), 1e-2),
+                    device="cpu", compile=compile, **options)
+    x, y = sum_data(n)
     history = engine.fit(TensorBatches(x, y, batch_size=32, seed=0), epochs=epochs,
-                         val_data=[(x, y)])
-    return [row["loss"] for row in history] + [history[-1]["val_loss"]], engine
+                         val_data=[(x, y)], eval_every=eval_every, verbose=False)
+    return history, engine
+
+
+def _close(a, b, tol=1e-4):
+    keys = [k for k in a[-1] if isinstance(a[-1][k], float)]
+    return all(math.isclose(ra[k], rb[k], rel_tol=tol, abs_tol=1e-6)
+               for ra, rb in zip(a, b, strict=True) for k in keys)
+
+
+def test_whole_step_is_one_graph_and_matches_eager(traced, caplog) -> None:
+    eager, _ = _train(False, clip_norm=0.5, scheduler=lambda o: torch.optim.lr_scheduler
+                      .StepLR(o, 2, 0.5))
+    with caplog.at_level(logging.INFO, logger="beyondfit"):
+        compiled_run, engine = _train(True, clip_norm=0.5, scheduler=lambda o: torch.optim
+                                      .lr_scheduler.StepLR(o, 2, 0.5))
+    assert _close(eager, compiled_run)
+    report = engine.compile_report
+    # The whole step and the evaluation closure; one recompile for the short last batch
+    # (140 = 4 x 32 + 12), none for the changing learning rate or the evaluations.
+    assert (report.graphs, report.recompiles, report.eager) == (2, 1, {})
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled:")]
+    assert lines == ["compiled: 2 graphs, 1 recompile, 0 parts left eager"]
+    # The learning rate is a tensor in the optimizer while compiled, a float in checkpoints.
+    assert isinstance(engine.optimizer.param_groups[0]["lr"], torch.Tensor)
+    saved = engine.updates[0].state_dict()["optimizer"]["param_groups"][0]["lr"]
+    assert type(saved) is float and saved == 0.01 * 0.5**7  # 15 steps, halved every 2
+    assert all(p.grad is None for p in engine.model.parameters())
+
+
+def test_recompiles_stay_bounded_over_epochs_and_evaluations(traced) -> None:
+    _, engine = _train(True, epochs=6, eval_every=2)
+    assert engine.compile_report.recompiles <= 1
+
+
+def test_accumulation_and_a_short_window_compile_the_step(traced) -> None:
+    eager, _ = _train(False, accumulate=3, clip_value=0.05)
+    compiled_run, engine = _train(True, accumulate=3, clip_value=0.05)
+    assert _close(eager, compiled_run)
+    assert engine.compile_report.eager == {}
+    assert engine.compile_report.graphs == 3  # closure, step, evaluation closure
+
+
+def test_skip_never_applies_a_nan_batch(traced) -> None:
+    x, y = sum_data(96)
+    y_bad = y.clone()
+    y_bad[40] = float("nan")  # the second batch of 32
+    batches = [(x[i:i + 32], y_bad[i:i + 32]) for i in range(0, 96, 32)]
+
+    def run(compile):
+        model = _model()
+        engine = Engine(model, _mse_logs, torch.optim.Adam(model.parameters(), 1e-2),
+                        device="cpu", compile=compile, on_nonfinite="skip", clip_norm=1.0)
+        history = engine.fit(batches * 2, epochs=1, verbose=False)
+        return engine, history
+
+    eager, h_eager = run(False)
+    comp, h_comp = run(True)
+    assert comp.state.skipped_steps == eager.state.skipped_steps == 2
+    assert comp.updates[0].steps == eager.updates[0].steps == 4
+    for a, b in zip(eager.model.parameters(), comp.model.parameters(), strict=True):
+        assert torch.isfinite(b).all()
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    state = comp.optimizer.state_dict()["state"]
+    assert all(float(s["step"]) == 4 for s in state.values())  # the undone step is not counted
+    assert h_comp[0]["skipped_steps"] == h_eager[0]["skipped_steps"]
+
+
+def test_raise_names_the_step_as_eager_does(traced) -> None:
+    x, y = sum_data(64)
+    y[40] = float("nan")
+    model = _model()
+    engine = Engine(model, _mse_logs, torch.optim.Adam(model.parameters(), 1e-2),
+                    device="cpu", compile=True)
+    before = None
+    with pytest.raises(BeyondfitError, match=r"non-finite loss, mae at optimizer step 2"):
+        before = [p.detach().clone() for p in model.parameters()]
+        engine.fit([(x[:32], y[:32]), (x[32:], y[32:])], verbose=False)
+    assert before is not None and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+class _Pair(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.g = nn.Sequential(nn.Linear(3, 16), nn.ReLU(), nn.Linear(16, 2))
+        self.d = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Linear(16, 1))
+        self.d_slow = SlowCopy(self.d, rate=0.1)
+
+
+def _d_loss(model, batch):
+    real, z = batch
+    fake = model.g(z).detach()
+    real_logit, fake_logit = model.d(real), model.d(fake)
+    loss = (F.binary_cross_entropy_with_logits(real_logit, torch.ones_like(real_logit))
+            + F.binary_cross_entropy_with_logits(fake_logit, torch.zeros_like(fake_logit)))
+    return {"loss": loss, "real": torch.sigmoid(real_logit).mean()}
+
+
+def _g_loss(model, batch):
+    _, z = batch
+    logit = model.d_slow(model.g(z))  # through the target network: a submodule call
+    return F.binary_cross_entropy_with_logits(logit, torch.ones_like(logit))
+
+
+def _gan(compile, every_g=2, precision="32"):
+    model = _Pair()
+    engine = Engine(model, [
+        Update("d", _d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), clip_norm=1.0,
+               after_step=[model.d_slow.update]),
+        Update("g", _g_loss, torch.optim.Adam(model.g.parameters(), 1e-3), every=every_g),
+    ], device="cpu", compile=compile, precision=precision, log_every=1)
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(16, 2, generator=g) + 2.0, torch.randn(16, 3, generator=g))
+            for _ in range(10)]
+    history = engine.fit(data, epochs=2, verbose=False)
+    return engine, history
+
+
+def test_several_optimizers_a_ratio_and_a_slow_copy(traced) -> None:
+    eager, h_eager = _gan(False)
+    comp, h_comp = _gan(True)
+    assert _close(h_eager, h_comp)
+    assert comp.model.d_slow.calls == eager.model.d_slow.calls == 20
+    for a, b in zip(eager.model.state_dict().values(), comp.model.state_dict().values(),
+                    strict=False):
+        if isinstance(a, torch.Tensor):
+            assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    report = comp.compile_report
+    assert report.eager == {} and report.recompiles == 0
+    assert report.graphs == 2  # one whole step per optimizer
+
+
+def test_bf16_autocast_is_compiled_inside_the_step(traced) -> None:
+    _, h_eager = _gan(False, precision="bf16")
+    comp, h_comp = _gan(True, precision="bf16")
+    assert comp.compile_report.eager == {}
+    assert _close(h_eager, h_comp, tol=5e-2)
+
+
+class _WorstError:
+    """A metric object of the user's own: its ``update`` reads a value on the host."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def update(self, pred, target) -> None:
+        self.value = max(self.value, float((pred - target).abs().max()))
+
+    def compute(self) -> torch.Tensor:
+        return torch.tensor(self.value)
+
+    def reset(self) -> None:
+        self.value = 0.0
+
+
+def test_a_metric_object_is_left_outside_and_reported_once(traced, caplog) -> None:
+    metric = _WorstError()
+
+    def loss_fn(model, batch):
+        x, y = batch
+        pred = model(x)
+        metric.update(pred.detach(), y)
+        return {"loss": F.mse_loss(pred, y), "worst": metric}
+
+    model = _model()
+    x, y = sum_data(96)
+    engine = Engine(model, loss_fn, torch.optim.SGD(model.parameters(), 1e-2), device="cpu",
+                    compile=True)
+    with caplog.at_level(logging.WARNING, logger="beyondfit"):
+        history = engine.fit(TensorBatches(x, y, batch_size=32, seed=0), epochs=2,
+                             verbose=False)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "whole step runs eagerly" in warnings[0]
+    assert "the closure is compiled with graph breaks" in warnings[0]
+    assert history[-1]["worst"] > 0
+    assert engine.compile_report.graphs >= 2  # the closure's pieces and the step
+
+
+def test_a_python_hook_runs_eagerly_after_the_graph(traced) -> None:
+    seen = []
+    model = _model()
+    engine = Engine(model, [Update("net", _mse_logs, torch.optim.Adam(model.parameters()),
+                                   after_step=[lambda u: seen.append(u.steps)])],
+                    device="cpu", compile=True)
+    engine.fit([sum_data(32)] * 4, verbose=False)
+    assert seen == [1, 2, 3, 4]
+    assert list(engine.compile_report.eager) == ["optimizer 'net''s after_step hooks "
+                                                 "test_a_python_hook_runs_eagerly_after_the_graph"
+                                                 ".<locals>.<lambda>"]
 
 
 class _BrokenBackend(nn.Module):
     """What torch.compile returns when its backend cannot build: fails at the first call."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, fn) -> None:
         super().__init__()
-        self.model = model
+        self.fn = fn
 
     def forward(self, *args, **kwargs):
         raise RuntimeError("InductorError: CppCompileError: C++ compile error\nno compiler 'g++'")
@@ -43,52 +252,90 @@ class _BrokenBackend(nn.Module):
 
 @pytest.fixture
 def broken_compile(monkeypatch):
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: _BrokenBackend(model))
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: _BrokenBackend(fn))
 
 
-def test_compile_falls_back_to_eager_with_a_clear_message(broken_compile, caplog) -> None:
-    eager, _ = _train(compile=False)
+def test_compile_falls_back_to_eager_with_one_line_per_part(broken_compile, caplog) -> None:
+    eager, _ = _train(False)
     with caplog.at_level(logging.WARNING, logger="beyondfit"):
-        fallback, engine = _train(compile=True)
-    messages = [r.getMessage() for r in caplog.records if "torch.compile" in r.getMessage()]
-    assert len(messages) == 1  # said once, at the first call, not per step
-    assert "torch.compile failed (RuntimeError: InductorError: CppCompileError" in messages[0]
-    assert "continuing without compilation" in messages[0]
-    assert engine.forward_model is engine.model
-    assert fallback == eager
+        fallback, engine = _train(True)
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert messages == [
+        "compile: the optimizer's whole step runs eagerly (RuntimeError: InductorError: "
+        "CppCompileError: C++ compile error; the closure is compiled with graph breaks, its "
+        "backward runs eagerly)",
+        "compile: the optimizer's closure runs eagerly (RuntimeError: InductorError: "
+        "CppCompileError: C++ compile error)",
+        "compile: the optimizer's step runs eagerly (RuntimeError: InductorError: "
+        "CppCompileError: C++ compile error)",
+        "compile: the optimizer's closure in evaluation runs eagerly (RuntimeError: "
+        "InductorError: CppCompileError: C++ compile error)",
+    ]
+    assert fallback == eager  # the eager step, bitwise
+    assert all(isinstance(g["lr"], float) for g in engine.optimizer.param_groups)
 
 
 def test_compile_fallback_keeps_the_ddp_wrapper(broken_compile, caplog) -> None:
     try:
-        eager, _ = _train(compile=False)
+        eager, _ = _train(False)
         with caplog.at_level(logging.WARNING, logger="beyondfit"):
-            fallback, engine = _train(compile=True, strategy="ddp")
+            fallback, engine = _train(True, strategy="ddp")
         assert isinstance(engine.forward_model, DistributedModel)  # still synchronised
         assert any("continuing without compilation" in r.getMessage() for r in caplog.records)
-        assert fallback == pytest.approx(eager, rel=1e-6)
+        assert _close(eager, fallback, tol=1e-6)
     finally:
         shutdown()
 
 
+def test_compile_option_is_checked() -> None:
+    model = _model()
+    with pytest.raises(BeyondfitError, match=r"compile='fast'; use false, true or max"):
+        Engine(model, mse, torch.optim.SGD(model.parameters(), 0.1), compile="fast")
+
+
+def test_compile_max_without_cuda_says_so_and_compiles(traced, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="beyondfit"):
+        _, engine = _train("max", epochs=1)
+    assert any("CUDA graphs need a CUDA device" in r.getMessage() for r in caplog.records)
+    assert engine.compile_report.graphs == 2
+
+
+def test_max_asks_inductor_for_cuda_graphs_on_cuda_only(monkeypatch) -> None:
+    asked = []
+    monkeypatch.setattr(graphs, "inductor",
+                        lambda gm, example_inputs, patches: asked.append(patches) or gm.forward)
+    report = graphs.CompileReport()
+    for device, expected in (("cpu", None), ("cuda", {"triton.cudagraphs": True})):
+        fn = graphs.CountedCompile(lambda x: x * 2, report, "max", torch.device(device),
+                                fullgraph=True)
+        assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
+        assert asked[-1] == expected
+
+
+# ---------------------------------------------------------------------- inductor, for real
 @pytest.mark.slow
-def test_compiled_run_gives_the_eager_losses() -> None:
-    eager, _ = _train(compile=False)
-    compiled, engine = _train(compile=True)
-    assert type(engine.forward_model).__name__ == "OptimizedModule"  # it did compile
-    assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-6)
-    # Checkpoints hold the plain module's names (no "_orig_mod." prefix).
-    assert set(engine.state_dict()["model"]) == set(engine.model.state_dict())
-    assert not any(k.startswith("_orig_mod") for k in engine.state_dict()["model"])
+def test_compiled_run_reaches_the_eager_validation_loss() -> None:
+    eager, _ = _train(False, epochs=6, clip_norm=1.0)
+    comp, engine = _train(True, epochs=6, clip_norm=1.0)
+    assert engine.compile_report.eager == {}
+    assert comp[-1]["val_loss"] == pytest.approx(eager[-1]["val_loss"], rel=1e-3)
+
+
+@pytest.mark.slow
+def test_compiled_gan_with_a_slow_copy_matches_eager() -> None:
+    _, h_eager = _gan(False)
+    comp, h_comp = _gan(True)
+    assert comp.compile_report.eager == {}
+    assert _close(h_eager, h_comp, tol=1e-3)
 
 
 @pytest.mark.slow
 def test_compiled_model_inside_ddp_gives_the_eager_losses() -> None:
     try:
-        eager, _ = _train(compile=False, epochs=2)
-        compiled, engine = _train(compile=True, strategy="ddp", epochs=2)
+        eager, _ = _train(False, epochs=2)
+        comp, engine = _train(True, strategy="ddp", epochs=2)
         assert isinstance(engine.forward_model, DistributedModel)
-        # DDP's forward calls the compiled module (no fallback happened).
         assert type(engine.forward_model.ddp.module.target).__name__ == "OptimizedModule"
-        assert compiled == pytest.approx(eager, rel=1e-4, abs=1e-6)
+        assert _close(eager, comp)
     finally:
         shutdown()

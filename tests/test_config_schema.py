@@ -44,7 +44,7 @@ CASES = [
                                 "float32's range"),
     ("engine.clip_norm=inf", "engine.clip_norm=inf"),
     ("engine.clip_norm=0", "engine.clip_norm=0"),
-    ("engine.compile=maybe", "engine.compile='maybe'; it must be true or false"),
+    ("engine.compile=maybe", "engine.compile='maybe'; use false, true or max"),
     ("engine.on_nonfinite=warn", "engine.on_nonfinite='warn'; use raise, skip or ignore"),
     ("engine.strategy=fsdp", "engine.strategy='fsdp'; use auto, none or ddp"),
     ("engine.precision=8", "precision='8'; use 32, bf16 or 16"),

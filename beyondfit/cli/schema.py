@@ -62,7 +62,7 @@ class EngineConfig:
     clip_norm: Optional[float] = field(default=MISSING, metadata=_option("Update.clip_norm"))
     clip_value: Optional[float] = field(default=MISSING, metadata=_option("Update.clip_value"))
     accumulate: int = field(default=MISSING, metadata=_option("Engine.accumulate"))
-    compile: bool = MISSING
+    compile: Any = field(default=MISSING, metadata=_option("Engine.compile"))
     on_nonfinite: str = field(default=MISSING, metadata=_option("Engine.on_nonfinite"))
     max_skips: int = field(default=MISSING, metadata=_option("Engine.max_skips"))
     log_every: int = field(default=MISSING, metadata=_option("Engine.log_every"))

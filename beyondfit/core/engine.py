@@ -20,6 +20,7 @@ from torch import nn
 from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback, overrides
 from beyondfit.core.checks import NonFiniteCheck
+from beyondfit.core.compiled import compile_steps
 from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback
 from beyondfit.core.errors import BeyondfitError, no_train_batches
 from beyondfit.core.evaluation import Evaluation
@@ -53,16 +54,17 @@ class Engine(Checkpointable):
             trainable parameters (``requires_grad=True``) only.
         scheduler: an LR scheduler, or a callable ``optimizer -> scheduler``; stepped once
             per step (``ReduceLROnPlateau``: after each evaluation, with ``val_loss``).
-        clip_norm: clip the global gradient norm to this value (pre-clip norm logged as
-            ``grad_norm``).
-        clip_value: clamp every gradient element to ``[-clip_value, clip_value]`` (applied
-            after norm clipping when both are set).
+        clip_norm: clip the global gradient norm to this (pre-clip norm: ``grad_norm``).
+        clip_value: clamp every gradient element to ``[-clip_value, clip_value]`` (after
+            norm clipping when both are set).
         accumulate: micro-batches per step. A window cut short (by the end of the data or
             skipped micro-batches) averages the micro-batches it had.
         device: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda[:i]"``, ``"mps"``.
         precision: ``"32"``, ``"bf16"`` (autocast) or ``"16"`` (fp16 autocast + GradScaler).
-        compile: ``torch.compile`` the model the closure sees, in training and evaluation;
-            falls back to eager with a warning when the backend cannot compile.
+        compile: ``True`` compiles each optimizer's whole step and the evaluation closures
+            (:mod:`beyondfit.core.compiled`: close to the eager numbers, not bitwise);
+            ``"max"`` adds CUDA graphs on a GPU. What cannot be compiled runs eagerly, said
+            once; the graphs built are counted in one line at the end of ``fit``.
         callbacks: :class:`~beyondfit.core.callbacks.Callback` instances.
         on_nonfinite: ``"raise"`` stops at a NaN/inf loss, or NaN/inf gradients from a finite
             loss, naming the step and term; ``"skip"`` drops that micro-batch (or that step's
@@ -105,7 +107,7 @@ class Engine(Checkpointable):
         accumulate: int = 1,
         device: str | torch.device = "auto",
         precision: str | int = "32",
-        compile: bool = False,
+        compile: bool | str = False,
         callbacks: Iterable[Callback] = (),
         on_nonfinite: str = "raise",
         max_skips: int = 10,
@@ -140,7 +142,11 @@ class Engine(Checkpointable):
         self.callbacks: list[Callback] = []
         for callback in callbacks:
             self.add_callback(callback)
-        self.forward = ForwardPath(self.model, self.strategy, compile, wrapped=self._single)
+        self.compile_report, programs = compile_steps(
+            compile, updates, self.model, self.precision, check.enabled, self.accumulate,
+            self.strategy, self.device)  # core/compiled.py; under DDP only the forward:
+        self.forward = ForwardPath(self.model, self.strategy, self.compile_report is not None
+                                   and self.strategy.is_distributed, wrapped=self._single)
 
         self.train_metrics = MetricTracker()
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
@@ -148,9 +154,10 @@ class Engine(Checkpointable):
         self.state = TrainState()  # the counters; all saved in checkpoints
         # The step: micro-batches in, optimizer steps out (core/step.py).
         self.window = Window(updates, self.accumulate, self.forward, self.precision,
-                             self.strategy, check, self.train_metrics, self.state, self.device)
+                             self.strategy, check, self.train_metrics, self.state, self.device,
+                             programs)
         self.evaluation = Evaluation(updates, self.forward, self.precision, self.strategy,
-                                     self.train_metrics, reducer, self.device)
+                                     self.train_metrics, reducer, self.device, programs)
         self.val_metrics = self.evaluation.metrics
         self._resumed = False  # the next fit continues a loaded run (its totals count)
         self.should_stop = False
@@ -166,7 +173,7 @@ class Engine(Checkpointable):
 
     @property
     def forward_model(self) -> Any:
-        """The module training closures are given (wrapped by the strategy, compiled)."""
+        """The module training closures are given (wrapped by the strategy)."""
         return self.forward.train_model
 
     def train_step(self, batch: Any) -> bool:
@@ -210,8 +217,7 @@ class Engine(Checkpointable):
                 ``evaluator(model) -> Mapping[str, float]``; logged with the ``val_`` prefix.
             eval_every: steps between evaluations; ``None`` evaluates at each epoch end.
             verbose: show progress as Keras' ``verbose=1`` does (a bar in a terminal, one
-                line per epoch elsewhere) unless a callback already shows it; ``False``:
-                silent.
+                line per epoch elsewhere) unless a callback already does; ``False``: silent.
 
         Returns the history: one dict of floats per epoch (train means, ``lr``, ``val_``
         values, ``epoch``, ``step``). A KeyboardInterrupt leaves the last whole step's state.
@@ -220,9 +226,8 @@ class Engine(Checkpointable):
         check_option("fit.max_steps", max_steps)
         check_option("fit.eval_every", eval_every)
         if not isinstance(train_data, Iterable):
-            raise BeyondfitError(
-                f"train_data must be an iterable of batches, got {type(train_data).__name__}"
-            )
+            raise BeyondfitError("train_data must be an iterable of batches, got "
+                                 f"{type(train_data).__name__}")
         if epochs is None and max_steps is None:
             epochs = 1
         if not self._resumed:  # "more", counted from where this engine stands
@@ -260,6 +265,8 @@ class Engine(Checkpointable):
         finally:
             if added is not None:
                 self.callbacks.remove(added)
+            if self.compile_report is not None and self.strategy.is_main:  # once per fit
+                log.info("%s", self.compile_report.line())
 
     def _fit(self, train_data: Any, epochs: int | None, max_steps: int | None, val_data: Any,
              eval_every: int | None) -> list[dict[str, float]]:
@@ -325,9 +332,8 @@ class Engine(Checkpointable):
         self._emit("on_fit_end", self.history)
         return self.history
 
-    def _after_step(
-        self, val_data: Any, eval_every: int | None, max_steps: int | None, step_hooks: list[Any]
-    ) -> None:
+    def _after_step(self, val_data: Any, eval_every: int | None, max_steps: int | None,
+                    step_hooks: list[Any]) -> None:
         """After a step: log row, evaluation, step budget, then ``on_step_end``."""
         step = self.state.global_step
         if step % self.log_every == 0:
@@ -343,18 +349,14 @@ class Engine(Checkpointable):
         # Under DDP a stop on one rank (a signal, a callback) stops every rank here: one
         # small host-side all-reduce per step, only when there are several ranks.
         if self.strategy.is_distributed:
-            self.should_stop, self.interrupted = self.strategy.agree_stop(
-                self.should_stop, self.interrupted
-            )
+            self.should_stop, self.interrupted = self.strategy.agree_stop(self.should_stop,
+                                                                          self.interrupted)
 
     def _train_logs(self) -> dict[str, float]:
         """The tracked means, each optimizer's learning rate, and what the training data
-        reports about itself.
-
-        A data source with ``metrics() -> {name: float}`` (a rollout collector: ``env_steps``,
-        episode returns) adds those values; names in its ``metric_totals`` are counts, summed
-        over ranks under DDP, the others are averaged over ranks.
-        """
+        reports about itself: a data source's ``metrics() -> {name: float}`` (a collector's
+        ``env_steps``, episode returns); under DDP the names in its ``metric_totals`` are
+        summed over ranks, the others averaged."""
         logs = self.train_metrics.compute()
         for update in self.updates:
             logs[update.prefix + "lr"] = update.lr()
@@ -364,8 +366,7 @@ class Engine(Checkpointable):
             logs.update(self.strategy.reduce_report(report(), totals))
         return logs
 
-    def _epoch_exhausted(self) -> bool:
-        # Stopped on the last batch of the data? Then the epoch did finish.
+    def _epoch_exhausted(self) -> bool:  # stopped on the data's last batch: epoch done
         try:
             return self.state.batch_in_epoch >= len(self.train_data)
         except TypeError:
@@ -390,9 +391,8 @@ class Engine(Checkpointable):
         return self.evaluation.run(data)
 
     def test_step(self, batch: Any) -> None:
-        """Score one batch as :meth:`train_step` runs it, minus the update: the same closures,
-        forward path and autocast, no gradients, into ``val_metrics``. Call it under
-        ``model.eval()`` and ``torch.inference_mode()``, as :meth:`evaluate` does."""
+        """Score one batch as :meth:`train_step` runs it, minus the update, into
+        ``val_metrics``; call it under ``model.eval()`` and ``torch.inference_mode()``."""
         self.evaluation.step(batch)
 
     def _emit(self, hook: str, *args: Any) -> None:

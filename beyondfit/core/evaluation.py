@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from beyondfit.core.compiled import CompiledUpdate
 from beyondfit.core.device import move_to_device
 from beyondfit.core.errors import BeyondfitError, no_val_batches
 from beyondfit.core.forward import ForwardPath
@@ -27,8 +28,12 @@ class Evaluation:
 
     def __init__(self, updates: Sequence[Update], forward: ForwardPath, precision: Precision,
                  strategy: Strategy, train_metrics: MetricTracker, reducer: Any,
-                 device: torch.device) -> None:
+                 device: torch.device, programs: Sequence[CompiledUpdate | None] = ()) -> None:
         self.updates = updates
+        # compile=True: each closure compiled for evaluation (its own graphs).
+        self.closures = [p.eval_closure if p is not None else u.loss_fn
+                         for u, p in zip(updates, list(programs) or [None] * len(updates),
+                                         strict=True)]
         self.forward = forward
         self.precision = precision
         self.strategy = strategy
@@ -74,8 +79,8 @@ class Evaluation:
     def step(self, batch: Any) -> None:
         """One batch through every closure, no gradients, into :attr:`metrics`."""
         batch = move_to_device(batch, self.device, self.non_blocking)
-        for update in self.updates:
+        for update, closure in zip(self.updates, self.closures, strict=True):
             with self.precision.autocast():
-                out = update.loss_fn(self.forward.eval_model, batch)
+                out = closure(self.forward.eval_model, batch)
             logs = unpack_output(out, training=False)[1]
             self.metrics.update({update.prefix + k: v for k, v in logs.items()})

@@ -71,6 +71,7 @@ class Rule:
 #: keys at these entries.
 OPTIONS: dict[str, Rule] = {
     "Engine.accumulate": Rule(integer=True, at_least=1),
+    "Engine.compile": Rule(choices=(False, True, "max")),
     "Engine.log_every": Rule(integer=True, at_least=1),
     "Engine.on_nonfinite": Rule(choices=("raise", "skip", "ignore")),
     "Engine.max_skips": Rule(integer=True, at_least=1),

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.checks import NonFiniteCheck
+from beyondfit.core.compiled import CompiledUpdate
 from beyondfit.core.device import move_to_device
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.metrics import MetricTracker
@@ -43,10 +44,11 @@ class Slot:
     """One update's part of the current window (never saved: checkpoints fall between
     windows)."""
 
-    __slots__ = ("applied", "pending", "synced", "update")
+    __slots__ = ("applied", "pending", "program", "synced", "update")
 
-    def __init__(self, update: Update) -> None:
+    def __init__(self, update: Update, program: CompiledUpdate | None) -> None:
         self.update = update
+        self.program = program  # compile=True: this update's compiled step
         self.applied = 0  # micro-batches whose gradients were kept
         self.synced = False  # did a backward of this window all-reduce the gradients?
         # The window's last loss and logs, checked together with the gradients.
@@ -63,8 +65,10 @@ class Window:
 
     def __init__(self, updates: Sequence[Update], accumulate: int, forward: ForwardPath,
                  precision: Precision, strategy: Strategy, check: NonFiniteCheck,
-                 metrics: MetricTracker, state: TrainState, device: torch.device) -> None:
-        self.slots = [Slot(u) for u in updates]
+                 metrics: MetricTracker, state: TrainState, device: torch.device,
+                 programs: Sequence[CompiledUpdate | None] = ()) -> None:
+        programs = list(programs) or [None] * len(updates)
+        self.slots = [Slot(u, c) for u, c in zip(updates, programs, strict=True)]
         self.single = len(self.slots) == 1  # one optimizer trains through the DDP wrapper
         self.accumulate = accumulate
         self.forward = forward
@@ -99,6 +103,8 @@ class Window:
         self.micro += 1
         boundary = self.micro >= self.accumulate  # this micro-batch completes the window
         for slot in self.due:
+            if boundary and self.micro == 1 and self._whole(slot, batch):
+                continue  # compiled: closure, backward and step in one graph
             self._backward(slot, batch, boundary)
             if boundary:  # right after its own backward: later closures see the new weights
                 self._apply(slot)
@@ -141,7 +147,9 @@ class Window:
         # DDP decides in the forward whether the backward all-reduces: both go inside.
         with self.strategy.no_sync(self.forward.train_model, boundary) if single else _NULL_CONTEXT:
             with self.precision.autocast():
-                if self.forward.compile_pending:
+                if slot.program is not None and slot.program.ready:
+                    out = slot.program.closure(self.forward.train_model, batch)
+                elif self.forward.compile_pending:
                     out = self.forward.first_call(update.loss_fn, batch)
                 else:
                     out = update.loss_fn(self.forward.train_model, batch)
@@ -180,6 +188,13 @@ class Window:
             return
         if not synced:  # several optimizers, or a short window that ran under no_sync
             self.strategy.sync_gradients(update.params)
+        program = slot.program
+        if program is not None and program.ready:
+            compiled = program.apply(self.accumulate / applied,
+                                     pending[0] if pending else None)
+            if compiled is not None:  # rescale, clip, check and step were one graph
+                self._finish(slot, *compiled, pending)
+                return
         overflow = self.precision.unscale(update.optimizer, self.device)  # real units from here
         if overflow is not None:
             metrics.update({update.prefix + "overflow_steps": overflow})
@@ -214,6 +229,47 @@ class Window:
         update.steps += 1
         for hook in update.after_step:  # e.g. a target network following this optimizer
             hook(update)
+        self.stepped += 1
+        if program is not None:
+            program.warm_up()  # its state exists now: the next steps run compiled
+
+    # ---------------------------------------------------------------- the compiled step
+    def _whole(self, slot: Slot, batch: Any) -> bool:
+        """One micro-batch per step, compiled: the whole update as one graph. False when
+        this update has no such graph (the split path then runs)."""
+        program = slot.program
+        if program is None or not program.ready or not program.whole:
+            return False
+        result = program.run_whole(batch)
+        if result is None:
+            return False
+        loss, logs, norm, ok = result
+        self._finish(slot, norm, ok, (loss, logs))
+        return True
+
+    def _finish(self, slot: Slot, norm: Any, ok: Any,
+                pending: tuple[torch.Tensor, Mapping[str, Any]] | None) -> None:
+        """What follows a compiled step on the host: the non-finite verdict (one read of a
+        flag, the eager step's one sync; the graph already kept a bad step from applying),
+        the logs, the scheduler, the hooks that stay in Python."""
+        update, metrics, program = slot.update, self.metrics, slot.program
+        if ok is not None and not bool(ok):
+            program.undo_weights()
+            update.optimizer.zero_grad(set_to_none=True)
+            bad_loss = pending is not None and not bool(torch.isfinite(pending[0]))
+            self.check.failed(update.name, pending[1] if bad_loss else {},
+                              "step" if bad_loss else "optimizer step", self.state, metrics)
+            return
+        if pending is not None:
+            self.check.consecutive = 0
+            metrics.update(_prefixed(pending[1], update.prefix))
+        if norm is not None:
+            metrics.update({update.prefix + "grad_norm": norm})
+        if update.scheduler is not None and not update.plateau:
+            self.precision.step_scheduler(update.scheduler, update.steps == 0)
+        update.optimizer.zero_grad(set_to_none=True)
+        update.steps += 1
+        program.after_step()
         self.stepped += 1
 
     def abandon(self) -> None:

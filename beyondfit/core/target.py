@@ -87,6 +87,11 @@ class SlowCopy(nn.Module):
             self._pairs = cached = (targets, sources)
         return cached
 
+    def advance(self) -> float:
+        """Count one call; the blend it makes: ``rate`` on every ``every``-th, else ``0.0``."""
+        self.calls += 1
+        return 0.0 if self.calls % self.every else self.rate
+
     @torch.no_grad()
     def update(self, *_: Any) -> None:
         """One call: on every ``every``-th, average the copy towards the source.
@@ -95,8 +100,7 @@ class SlowCopy(nn.Module):
         (``hook(update)``) or a callback's step hook as it is. One fused ``lerp`` over all
         parameters, on their device; no host sync.
         """
-        self.calls += 1
-        if self.calls % self.every:
+        if not self.advance():
             return
         targets, sources = self._tensors()
         if self.rate == 1.0:
@@ -106,6 +110,17 @@ class SlowCopy(nn.Module):
         if self.copy_buffers:
             for mine, theirs in zip(self.module.buffers(), self.source.buffers(), strict=False):
                 mine.copy_(theirs)
+
+    def follow(self, weight: torch.Tensor) -> None:
+        """:meth:`update`'s averaging with the blend as a 0-d tensor (``0``: no change), for
+        the compiled step (:mod:`beyondfit.core.compiled`): the counting stays outside the
+        graph (:meth:`advance`), so the graph never depends on the count."""
+        targets, sources = self._pairs if self._pairs is not None else self._tensors()
+        for target, source in zip(targets, sources, strict=True):
+            target.lerp_(source, weight)
+        if self.copy_buffers:
+            for mine, theirs in zip(self.module.buffers(), self.source.buffers(), strict=False):
+                mine.copy_(torch.where(weight > 0, theirs, mine))
 
     def get_extra_state(self) -> dict[str, int]:
         """The call counter, saved in the model's ``state_dict`` beside the copy's weights."""

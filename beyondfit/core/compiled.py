@@ -1,0 +1,373 @@
+"""The compiled step: ``Engine(..., compile=True)`` runs each optimizer's update as one graph.
+
+For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces, with
+``torch.compile``, what the eager window (:mod:`beyondfit.core.step`) does for it::
+
+    whole graph (one micro-batch per step):
+        closure under autocast -> gradients (torch.func.grad, over this optimizer's
+        parameters only) -> clip by norm and value -> non-finite flag -> optimizer step
+        (undone in the graph when the flag is down) -> target networks' Polyak or hard update
+
+    split (accumulation, DDP, or a closure that cannot be traced whole):
+        the closure compiled where it can be (graph breaks around what cannot be traced, a
+        metric object's ``update``) -> eager backward -> the same clip/check/step/target graph
+
+What stays outside the graphs, by design: deciding which optimizers are due (``every=``), the
+one host read of the non-finite flag per step (as in the eager step), the scheduler's step,
+logging, and ``after_step`` hooks that are not a :class:`~beyondfit.core.target.SlowCopy`.
+The learning rate is a tensor inside the graph (a scheduler changes its value, never the
+graph), so nothing in a run recompiles except a new batch shape (a short last batch: once).
+
+Numerics: a compiled run is close to the eager one, not bitwise (inductor fuses and reorders
+floating-point operations). The eager path (``compile=False``) is untouched by all this.
+
+Each optimizer's first step runs eagerly: it checks the closure's output with the eager
+step's clear errors and creates the optimizer's state, so the graph is traced over the state
+it will keep. What cannot be compiled falls back to the eager step with one warning naming
+the part and the reason; the run goes on. :class:`CompileReport` counts graphs, recompiles and
+parts left eager, logged once at the end of ``fit``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.graphs import CompileReport, CountedCompile, compile_mode, log, reason
+from beyondfit.core.precision import Precision
+from beyondfit.core.target import SlowCopy
+from beyondfit.core.update import Update
+
+
+def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precision: Precision,
+                  check: bool, accumulate: int, strategy: Any, device: torch.device
+                  ) -> tuple[CompileReport | None, list[CompiledUpdate | None]]:
+    """The engine's compiled steps for ``Engine(compile=...)``, one per update (``None``:
+    eager), and their report (``None`` when not compiling)."""
+    programs: list[CompiledUpdate | None] = [None] * len(updates)
+    mode = compile_mode(compile)
+    if mode is None:
+        return None, programs
+    report = CompileReport()
+    if strategy.is_distributed:  # the all-reduce lives in autograd hooks, outside graphs
+        report.left_eager("the step", "under DDP only the model's forward is compiled")
+        return report, programs
+    if mode == "max" and device.type != "cuda":
+        log.warning("compile='max': CUDA graphs need a CUDA device; compiling without them "
+                    "on %s", device.type)
+    return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report, mode,
+                                   device) for u in updates]
+
+
+def _raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimizer], Any]:
+    """The optimizer's ``step`` without torch's wrappers (profiling hooks, and a grad-mode
+    switch that breaks the graph on purpose); the graph runs it under ``no_grad`` itself."""
+    step = type(optimizer).step
+    while hasattr(step, "__wrapped__"):
+        step = step.__wrapped__
+    return step
+
+
+def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
+    from torch.optim import optimizer as module
+
+    found = [getattr(optimizer, "_optimizer_step_pre_hooks", None),
+             getattr(optimizer, "_optimizer_step_post_hooks", None),
+             getattr(module, "_global_optimizer_pre_hooks", None),
+             getattr(module, "_global_optimizer_post_hooks", None)]
+    return any(bool(hooks) for hooks in found)
+
+
+def _slow_copy_of(hook: Any) -> SlowCopy | None:
+    """The :class:`SlowCopy` whose ``update`` ``hook`` is, else ``None`` (a Python hook)."""
+    owner = getattr(hook, "__self__", None)
+    if isinstance(owner, SlowCopy) and getattr(hook, "__func__", None) is SlowCopy.update:
+        return owner
+    return None
+
+
+class CompiledUpdate:
+    """One optimizer's compiled step (see the module's docstring).
+
+    Args:
+        update: the optimizer with its closure, parameters, clipping and hooks.
+        model: the engine's (unwrapped) module: the closure is called with it.
+        precision: autocast for the closure; fp16's GradScaler keeps the step eager.
+        check: is the non-finite check on (``on_nonfinite`` other than ``"ignore"``)?
+        whole: may the update run as one graph (one micro-batch per step, one process)?
+        report: where compilations and eager parts are counted.
+        mode: ``"default"`` or ``"max"``.
+        device: the engine's device.
+    """
+
+    def __init__(self, update: Update, model: nn.Module, precision: Precision, check: bool,
+                 whole: bool, report: CompileReport, mode: str, device: torch.device) -> None:
+        self.update = update
+        self.model = model
+        self.precision = precision
+        self.check = check
+        self.report = report
+        self.mode = mode
+        self.device = device
+        self.label = f"optimizer {update.name!r}" if update.name else "the optimizer"
+        self.ready = False  # after this optimizer's first (eager) step
+        self.targets = [(copy, torch.zeros((), device=device))
+                        for copy in map(_slow_copy_of, update.after_step) if copy is not None]
+        self.python_hooks = [h for h in update.after_step if _slow_copy_of(h) is None]
+        self._weights = [0.0] * len(self.targets)
+        self._lrs: list[torch.Tensor] = []
+        self._names: list[str] = []  # this optimizer's parameters' names in the model
+        self._grads: list[torch.Tensor] = []
+        self._whole: CountedCompile | None = None
+        self._closure: Any = None  # the split path's closure (compiled, or the user's)
+        self._apply: CountedCompile | None = None
+        self._eval: Any = None
+        self.steps_compiled = True
+        if precision.scaler is not None:
+            report.left_eager(f"{self.label}'s step", "fp16's GradScaler steps on the host")
+            self.steps_compiled = False
+        elif _has_step_hooks(update.optimizer):
+            report.left_eager(f"{self.label}'s step", "the optimizer has step hooks")
+            self.steps_compiled = False
+        self.whole = whole and self.steps_compiled
+        if self.python_hooks:
+            names = ", ".join(getattr(h, "__qualname__", type(h).__name__)
+                              for h in self.python_hooks)
+            report.left_eager(f"{self.label}'s after_step hooks {names}",
+                              "not a SlowCopy update")
+
+    # ------------------------------------------------------------------ when they run
+    def warm_up(self) -> None:
+        """After the first eager step of this optimizer: its state exists; build the graphs."""
+        if self.ready:
+            return
+        self.ready = True
+        self._grads = [torch.zeros_like(p) for p in self.update.params]
+        by_id = {id(p): name for name, p in self.model.named_parameters()}
+        self._names = [by_id[id(p)] for p in self.update.params]
+        for copy, _ in self.targets:
+            copy._tensors()  # its (target, source) lists, cached before tracing
+        if self.whole:
+            self._whole = CountedCompile(self._whole_step, self.report, self.mode, self.device,
+                                    fullgraph=True)
+        if self.steps_compiled:
+            self._apply = CountedCompile(self._apply_step, self.report, self.mode, self.device,
+                                    fullgraph=True)
+        self._closure = CountedCompile(self._call_closure, self.report, self.mode, self.device,
+                                  fullgraph=False)
+
+    def run_whole(self, batch: Any) -> tuple[torch.Tensor, Mapping[str, Any], Any, Any] | None:
+        """The whole step on one micro-batch: ``(loss, logs, grad_norm, ok)``, or ``None``
+        when it cannot be compiled (then the caller runs the split path for this batch)."""
+        if self._whole is None:
+            return None
+        weights = self._follow_weights()
+        self._pin_lrs()
+        self._lend_grads()
+        try:
+            return self._whole(batch, weights)
+        except BeyondfitError:
+            raise
+        except Exception as exc:  # a closure that cannot be traced whole, a backend failure
+            self._whole = None
+            self._unpin_lrs_if_eager()
+            self.report.left_eager(f"{self.label}'s whole step",
+                                   f"{reason(exc)}; the closure is compiled with graph "
+                                   "breaks, its backward runs eagerly")
+            self.undo_weights()
+            return None
+        finally:
+            self._take_back_grads()
+
+    def closure(self, model: Any, batch: Any) -> Any:
+        """The split path's closure call: compiled where it can be."""
+        if self._closure is None:
+            return self.update.loss_fn(model, batch)
+        try:
+            return self._closure(model, batch)
+        except BeyondfitError:
+            raise
+        except Exception as exc:
+            if self._closure.called:
+                raise
+            self._closure = None
+            self.report.left_eager(f"{self.label}'s closure", reason(exc))
+            return self.update.loss_fn(model, batch)
+
+    def apply(self, factor: float, loss: torch.Tensor | None) -> tuple[Any, Any] | None:
+        """Rescale, clip, check and step over the gradients in ``.grad`` as one graph:
+        ``(grad_norm, ok)``, or ``None`` when this part runs eagerly."""
+        if self._apply is None:
+            return None
+        weights = self._follow_weights()
+        self._pin_lrs()
+        scale = torch.full((), factor, device=self.device)
+        pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
+        try:
+            return self._apply(scale, pending, weights)
+        except BeyondfitError:
+            raise
+        except Exception as exc:
+            if self._apply.called:
+                raise
+            self._apply = None
+            self._unpin_lrs_if_eager()
+            self.undo_weights()
+            self.report.left_eager(f"{self.label}'s step", reason(exc))
+            return None
+
+    def eval_closure(self, model: Any, batch: Any) -> Any:
+        """The closure in evaluation, compiled (graph breaks allowed) on its own cache."""
+        if self._eval is None:
+            self._eval = CountedCompile(self._call_closure, self.report, self.mode, self.device,
+                                   fullgraph=False)
+        if self._eval is False:
+            return self.update.loss_fn(model, batch)
+        try:
+            return self._eval(model, batch)
+        except BeyondfitError:
+            raise
+        except Exception as exc:
+            if self._eval.called:
+                raise
+            self._eval = False
+            self.report.left_eager(f"{self.label}'s closure in evaluation", reason(exc))
+            return self.update.loss_fn(model, batch)
+
+    def after_step(self) -> None:
+        """The hooks that stay in Python, after a step the graph made."""
+        for hook in self.python_hooks:
+            hook(self.update)
+
+    # ------------------------------------------------------------------ what is traced
+    def _call_closure(self, model: Any, batch: Any) -> Any:
+        return self.update.loss_fn(model, batch)
+
+    def _loss_of(self, params: dict[str, torch.Tensor], batch: Any) -> tuple[Any, Any]:
+        from torch.nn.utils.stateless import _reparametrize_module
+
+        with _reparametrize_module(self.model, params, tie_weights=True), \
+                self.precision.autocast():
+            out = self.update.loss_fn(self.model, batch)
+        loss = out if isinstance(out, torch.Tensor) else out["loss"]
+        logs = {"loss": out} if isinstance(out, torch.Tensor) else out
+        return loss.reshape(()), (loss.detach().reshape(()), logs)
+
+    def _whole_step(self, batch: Any, weights: list[torch.Tensor]) -> Any:
+        update = self.update
+        names = self._names
+        with torch.no_grad():  # torch.func.grad differentiates inside it all the same
+            params = {name: p.detach() for name, p in zip(names, update.params, strict=True)}
+            grads, (loss, logs) = torch.func.grad(self._loss_of, has_aux=True)(params, batch)
+            grads = [grads[name] for name in names]
+            norm, ok = self._clip_and_check(grads, loss)
+            torch._foreach_copy_([p.grad for p in update.params], grads)
+            self._guarded_step(ok)
+            self._follow(weights, ok)
+        return loss, logs, norm, ok
+
+    def _apply_step(self, scale: torch.Tensor, loss: torch.Tensor,
+                    weights: list[torch.Tensor]) -> Any:
+        with torch.no_grad():
+            grads = [p.grad for p in self.update.params]
+            torch._foreach_mul_(grads, scale)
+            norm, ok = self._clip_and_check(grads, loss)
+            self._guarded_step(ok)
+            self._follow(weights, ok)
+        return norm, ok
+
+    def _clip_and_check(self, grads: list[torch.Tensor], loss: torch.Tensor) -> Any:
+        # clip_grad_norm_ and clip_grad_value_'s arithmetic, over this list of gradients.
+        update, norm = self.update, None
+        if update.track_grad_norm or self.check:
+            total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            if update.track_grad_norm:
+                norm = total
+            if update.clip_norm is not None:
+                coef = torch.clamp(update.clip_norm / (total + 1e-6), max=1.0)
+                torch._foreach_mul_(grads, coef)
+        if update.clip_value is not None:
+            torch._foreach_clamp_min_(grads, -update.clip_value)
+            torch._foreach_clamp_max_(grads, update.clip_value)
+        ok = torch.isfinite(total + loss) if self.check else None
+        return norm, ok
+
+    def _guarded_step(self, ok: torch.Tensor | None) -> None:
+        # A non-finite step is never applied: the graph keeps the old weights and optimizer
+        # state where the flag is down (no host sync needed before the step).
+        optimizer = self.update.optimizer
+        step = _raw_step(optimizer)
+        if ok is None:
+            step(optimizer)
+            return
+        tensors = list(self._stepped_tensors())
+        saved = [t.clone() for t in tensors]
+        step(optimizer)
+        for t, old in zip(tensors, saved, strict=True):
+            t.copy_(torch.where(ok, t, old))
+
+    def _stepped_tensors(self) -> Iterator[torch.Tensor]:
+        optimizer = self.update.optimizer
+        for p in self.update.params:
+            yield p
+            for value in optimizer.state.get(p, {}).values():
+                if isinstance(value, torch.Tensor):
+                    yield value
+
+    def _follow(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
+        # After the step, as its after_step hook would; not after a step that was undone.
+        for (copy, _), weight in zip(self.targets, weights, strict=True):
+            copy.follow(weight if ok is None else weight * ok)
+
+    # ------------------------------------------------------------------ host-side plumbing
+    def _follow_weights(self) -> list[torch.Tensor]:
+        # Each target network's blend for this step (its rate, or 0 when not due) as a
+        # device tensor the graph reads: refilled only when it changes.
+        out = []
+        for i, (copy, tensor) in enumerate(self.targets):
+            weight = copy.advance()
+            if weight != self._weights[i]:
+                tensor.fill_(weight)
+                self._weights[i] = weight
+            out.append(tensor)
+        return out
+
+    def undo_weights(self) -> None:
+        """Uncount this step's target-network call: the step was not applied (or runs
+        eagerly, which counts it again)."""
+        for copy, _ in self.targets:
+            copy.calls -= 1
+
+    def _pin_lrs(self) -> None:
+        # The learning rate as a tensor the graph reads, so that a scheduler changes a value,
+        # not the graph. A scheduler that writes a float is put back into the same tensor.
+        groups = self.update.optimizer.param_groups
+        if not self._lrs:
+            # float64: the same value as the float it stands for, read back exactly.
+            self._lrs = [torch.tensor(float(g["lr"]), dtype=torch.float64, device=self.device)
+                         for g in groups]
+        for group, tensor in zip(groups, self._lrs, strict=True):
+            if group["lr"] is not tensor:
+                tensor.fill_(float(group["lr"]))
+                group["lr"] = tensor
+
+    def _unpin_lrs_if_eager(self) -> None:
+        # The eager foreach optimizers refuse a tensor learning rate: floats again.
+        if self._whole is None and self._apply is None:
+            for group in self.update.optimizer.param_groups:
+                if isinstance(group["lr"], torch.Tensor):
+                    group["lr"] = float(group["lr"])
+
+    def _lend_grads(self) -> None:
+        # The graph writes the gradients into these buffers for the optimizer to read;
+        # outside the step .grad is None, as after the eager step's zero_grad.
+        for p, grad in zip(self.update.params, self._grads, strict=True):
+            p.grad = grad
+
+    def _take_back_grads(self) -> None:
+        for p in self.update.params:
+            p.grad = None
