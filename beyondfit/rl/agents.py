@@ -156,7 +156,7 @@ class OffPolicyAgent(nn.Module):
     - ``model.critic_target``, ``model.actor_target``: the same calls on the slow copies
       (:class:`~beyondfit.core.target.SlowCopy`) when the algorithm declares them;
     - ``model.log_alpha``: SAC's log-temperature parameter (``None`` without one);
-      ``model.act_dim``.
+      ``model.obs_dim``, ``model.act_dim`` (flat sizes: a new part's, ``build(model)``).
 
     Args:
         observation_space, action_space: a ``Box`` each; actions must be bounded.
@@ -195,7 +195,7 @@ class OffPolicyAgent(nn.Module):
             raise BeyondfitError(f"unknown task.agent.activation={activation!r}; choose one of "
                                  "relu, tanh")
         check_number("task.agent.critics", critics, integer=True, at_least=1)
-        obs_dim = int(np.prod(observation_space.shape))
+        self.obs_dim = obs_dim = int(np.prod(observation_space.shape))
         self.act_dim = int(low.size)
         self.action_shape = tuple(action_space.shape)
         hidden = tuple(hidden)

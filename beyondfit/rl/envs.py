@@ -70,13 +70,16 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
         ) from None
 
 
-def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = ()) -> VectorEnv:
+def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = (),
+                    sync: bool = False) -> VectorEnv:  # fmt: skip
     """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
 
     Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps
     all copies) and no ``wrappers`` are given, else ``SyncVectorEnv``: for small classic-control
     envs, subprocesses cost more than they save. ``wrappers`` apply to each copy, in order. The
-    envs are not reset here; the caller seeds them on its first reset.
+    envs are not reset here; the caller seeds them on its first reset. ``sync``: always
+    ``SyncVectorEnv``, whose copies are envs of their own (what the replay collector rebuilds
+    on an exact resume).
     """
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or not 0 < num_envs <= MAX_ENVS:
         raise BeyondfitError(
@@ -91,7 +94,8 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
                 f"task.wrappers[{i}] is {type(wrapper).__name__}, not a wrapper factory: write "
                 "each as {_target_: WRAPPER_CLASS, _partial_: true, OPTION: VALUE}"
             )
-    mode = "vector_entry_point" if spec.vector_entry_point is not None and not wrappers else "sync"
+    native = spec.vector_entry_point is not None and not wrappers and not sync
+    mode = "vector_entry_point" if native else "sync"
     try:
         if mode == "sync":
             envs = gym.make_vec(

@@ -108,7 +108,7 @@ def build(
         raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
                              f"{', '.join(AGENTS)}")
     own_settings = _optimizer_settings(optimizers, [u.name for u in updates])
-    envs = make_vector_env(env, num_envs, wrappers)
+    envs = make_vector_env(env, num_envs, wrappers, sync=True)  # copies a resume can rebuild
     try:
         try:
             model = AGENTS[kind](envs.single_observation_space, envs.single_action_space,
