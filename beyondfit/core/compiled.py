@@ -4,7 +4,7 @@ For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces
 ``torch.compile``, what the eager window (:mod:`beyondfit.core.step`) does for it::
 
     whole graph (one micro-batch per step):
-        closure under autocast -> gradients (torch.func.grad, over this optimizer's
+        closure under autocast -> gradients (torch.autograd.grad, into this optimizer's
         parameters only) -> clip by norm and value -> non-finite flag -> optimizer step
         (undone in the graph when the flag is down) -> target networks' Polyak or hard update
 
@@ -61,6 +61,10 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
                     "on %s", device.type)
     return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report, mode,
                                    device) for u in updates]
+
+
+class _NotWhole(Exception):
+    """Raised while tracing: this update cannot be one graph (the split path runs)."""
 
 
 def _raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimizer], Any]:
@@ -120,7 +124,7 @@ class CompiledUpdate:
         self.python_hooks = [h for h in update.after_step if _slow_copy_of(h) is None]
         self._weights = [0.0] * len(self.targets)
         self._lrs: list[torch.Tensor] = []
-        self._names: list[str] = []  # this optimizer's parameters' names in the model
+        self._fused: list[Any] = []
         self._grads: list[torch.Tensor] = []
         self._whole: CountedCompile | None = None
         self._closure: Any = None  # the split path's closure (compiled, or the user's)
@@ -147,13 +151,18 @@ class CompiledUpdate:
             return
         self.ready = True
         self._grads = [torch.zeros_like(p) for p in self.update.params]
-        by_id = {id(p): name for name, p in self.model.named_parameters()}
-        self._names = [by_id[id(p)] for p in self.update.params]
+        if self.steps_compiled:
+            # A fused kernel cannot be traced; its foreach form computes the same update,
+            # which inductor fuses itself. Given back if the step falls back to eager.
+            self._fused = [g.get("fused") for g in self.update.optimizer.param_groups]
+            for group in self.update.optimizer.param_groups:
+                if group.get("fused"):
+                    group["fused"] = False
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
         if self.whole:
             self._whole = CountedCompile(self._whole_step, self.report, self.mode, self.device,
-                                    fullgraph=True)
+                                         fullgraph=True, autograd=True)
         if self.steps_compiled:
             self._apply = CountedCompile(self._apply_step, self.report, self.mode, self.device,
                                     fullgraph=True)
@@ -247,23 +256,19 @@ class CompiledUpdate:
     def _call_closure(self, model: Any, batch: Any) -> Any:
         return self.update.loss_fn(model, batch)
 
-    def _loss_of(self, params: dict[str, torch.Tensor], batch: Any) -> tuple[Any, Any]:
-        from torch.nn.utils.stateless import _reparametrize_module
-
-        with _reparametrize_module(self.model, params, tie_weights=True), \
-                self.precision.autocast():
-            out = self.update.loss_fn(self.model, batch)
-        loss = out if isinstance(out, torch.Tensor) else out["loss"]
-        logs = {"loss": out} if isinstance(out, torch.Tensor) else out
-        return loss.reshape(()), (loss.detach().reshape(()), logs)
-
     def _whole_step(self, batch: Any, weights: list[torch.Tensor]) -> Any:
         update = self.update
-        names = self._names
-        with torch.no_grad():  # torch.func.grad differentiates inside it all the same
-            params = {name: p.detach() for name, p in zip(names, update.params, strict=True)}
-            grads, (loss, logs) = torch.func.grad(self._loss_of, has_aux=True)(params, batch)
-            grads = [grads[name] for name in names]
+        with self.precision.autocast():
+            out = update.loss_fn(self.model, batch)
+        loss = (out if isinstance(out, torch.Tensor) else out["loss"]).reshape(())
+        # Into this optimizer's parameters only, as the eager step's backward(inputs=...).
+        grads = list(torch.autograd.grad(loss, update.params, allow_unused=True))
+        if any(g is None for g in grads):
+            raise _NotWhole("a parameter of this optimizer gets no gradient from its closure")
+        with torch.no_grad():
+            loss = loss.detach()
+            logs = {"loss": loss} if isinstance(out, torch.Tensor) else {
+                k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
             norm, ok = self._clip_and_check(grads, loss)
             torch._foreach_copy_([p.grad for p in update.params], grads)
             self._guarded_step(ok)
@@ -356,11 +361,15 @@ class CompiledUpdate:
                 group["lr"] = tensor
 
     def _unpin_lrs_if_eager(self) -> None:
-        # The eager foreach optimizers refuse a tensor learning rate: floats again.
+        # The eager foreach optimizers refuse a tensor learning rate: floats again (and the
+        # fused kernel, where the optimizer had it).
         if self._whole is None and self._apply is None:
-            for group in self.update.optimizer.param_groups:
+            for group, fused in zip(self.update.optimizer.param_groups, self._fused,
+                                    strict=True):
                 if isinstance(group["lr"], torch.Tensor):
                     group["lr"] = float(group["lr"])
+                if fused:
+                    group["fused"] = fused
 
     def _lend_grads(self) -> None:
         # The graph writes the gradients into these buffers for the optimizer to read;

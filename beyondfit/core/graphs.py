@@ -70,7 +70,7 @@ class CountedCompile:
     _serial = 0
 
     def __init__(self, fn: Callable[..., Any], report: CompileReport, mode: str,
-                 device: torch.device, fullgraph: bool) -> None:
+                 device: torch.device, fullgraph: bool, autograd: bool = False) -> None:
         CountedCompile._serial += 1
         func = getattr(fn, "__func__", fn)  # a bound method: its function, bound again below
         code = func.__code__.replace(co_name=f"{func.__name__}_{CountedCompile._serial}")
@@ -83,6 +83,11 @@ class CountedCompile:
         self.fn = torch.compile(own, backend=self._backend(mode == "max" and
                                                            device.type == "cuda"),
                                 fullgraph=fullgraph)
+        config = torch._dynamo.config
+        if autograd and hasattr(config, "trace_autograd_ops"):
+            # torch.autograd.grad inside the graph (a torch without the switch breaks the
+            # graph there, and the caller falls back).
+            self.fn = config.patch(trace_autograd_ops=True)(self.fn)
 
     def _backend(self, cuda_graphs: bool) -> Any:
         patches = {"triton.cudagraphs": True} if cuda_graphs else None
@@ -110,6 +115,8 @@ def inductor(gm: Any, example_inputs: Any, patches: dict[str, Any] | None) -> An
 
 
 def reason(exc: BaseException) -> str:
-    """An exception in one short line: its type and its message's first line."""
+    """An exception in one short line: its type and its message's first line (for a backend
+    failure, of the exception inside it)."""
+    exc = getattr(exc, "inner_exception", None) or exc
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
