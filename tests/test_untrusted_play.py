@@ -91,6 +91,10 @@ DOCTORED = {
         {"kind": "offpolicy", "env": "Pendulum-v1", "wrappers": [],
          "agent": {"actor": "gaussian", "hidden": [8], "log_std": "softplus"}},
         "a log_std among tanh, clamp"),
+    "an off-policy agent of an unknown kind": (
+        {"kind": "offpolicy", "env": "CartPole-v1", "wrappers": [],
+         "agent": {"kind": "beyondfit.rl.agents.QAgent", "hidden": [8]}},
+        "a kind among actor_critic, q"),
 }
 
 

@@ -18,11 +18,15 @@ and ``ppo_loss(target_kl=0.02, value_clip=0.2)`` (give the collector ``stop_epoc
 loss.stop_epochs``).
 
 Off-policy: a :class:`ReplayCollector` (stores transitions in a :class:`ReplayBuffer`, yields
-sampled :class:`ReplayBatch` minibatches), an :class:`OffPolicyAgent` (actor, critic ensemble,
-target copies) and one closure per optimizer from :func:`sac_loss` or :func:`td3_loss`.
+sampled :class:`ReplayBatch` minibatches; Box or Discrete actions), an agent
+(:class:`OffPolicyAgent`: actor and critic ensemble; :class:`QAgent`: a Q network) and the
+updates an algorithm declares (:class:`OffPolicyUpdate`, each with its closure, the part it
+trains and its :class:`Target` copy) from :func:`sac_loss`, :func:`td3_loss`, :func:`dqn_loss`
+or a factory of your own.
 """
 
-from beyondfit.rl.agents import OffPolicyAgent
+from beyondfit.rl.agents import OffPolicyAgent, QAgent
+from beyondfit.rl.algorithm import OffPolicyUpdate, Target
 from beyondfit.rl.collector import RolloutBatch, RolloutCollector
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
@@ -30,7 +34,7 @@ from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
 from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.offpolicy_losses import sac_loss, td3_loss
+from beyondfit.rl.offpolicy_losses import dqn_loss, sac_loss, td3_loss
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.returns import discounted_returns, gae_advantages
@@ -42,14 +46,18 @@ __all__ = [
     "GreedyEvaluator",
     "Normalizer",
     "OffPolicyAgent",
+    "OffPolicyUpdate",
+    "QAgent",
     "ReplayBatch",
     "ReplayBuffer",
     "ReplayCollector",
     "RolloutBatch",
     "RolloutCollector",
+    "Target",
     "TargetKL",
     "a2c_loss",
     "discounted_returns",
+    "dqn_loss",
     "gae_advantages",
     "make_vector_env",
     "ppo_loss",
