@@ -304,3 +304,11 @@ def test_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) 
     assert got["data"]["exploration"] == expected["data"]["exploration"], context
     assert torch.equal(got["data"]["buffer"]["rows"], expected["data"]["buffer"]["rows"]), context
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
+
+
+def test_an_off_policy_algorithm_given_to_the_policy_gradient_task_says_which_task() -> None:
+    from beyondfit.tasks.policy_gradient import build
+
+    with pytest.raises(BeyondfitError, match=r"off-policy algorithm .* task\._target_=beyondfit"
+                                             r"\.tasks\.offpolicy\.build"):
+        build(loss=dqn_loss())

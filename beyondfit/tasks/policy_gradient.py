@@ -27,6 +27,7 @@ from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.serialization import atomic_save
+from beyondfit.rl.algorithm import OffPolicyUpdate
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
@@ -113,11 +114,11 @@ def build(
             values of those coefficients.
     """
     started = time.perf_counter()
-    if isinstance(loss, Mapping):
+    if isinstance(loss, Mapping | list | tuple | OffPolicyUpdate):
         raise BeyondfitError(
-            "task.loss is an off-policy loss (named closures, e.g. algo=sac or algo=td3), which "
-            "needs the off-policy task: use +task=pendulum, hopper or halfcheetah (any Box env "
-            "with task.env=ID), or set task._target_=beyondfit.tasks.offpolicy.build"
+            "task.loss is an off-policy algorithm (declared updates, e.g. algo=sac, td3 or dqn), "
+            "which needs the off-policy task: set task._target_=beyondfit.tasks.offpolicy.build "
+            "(the algo files do), with a Box env for sac and td3, a Discrete one for dqn"
         )
     if not callable(loss):
         raise BeyondfitError(
