@@ -35,6 +35,7 @@ def run_seed(seed: int, results: Path, overrides: list[str]) -> dict:
     command = [sys.executable, "-m", "beyondfit", "+task=cartpole", "algo=dqn", f"seed={seed}",
                "device=cpu", "threads=1", "progress.bar=false", "plots=false",
                f"hydra.run.dir={run_dir}", *overrides]
+    commit = _commit()  # the tree the run starts from, not the HEAD when it ends
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False,
@@ -52,7 +53,7 @@ def run_seed(seed: int, results: Path, overrides: list[str]) -> dict:
                "cpu_seconds": (after.ru_utime + after.ru_stime) - (before.ru_utime
                                                                     + before.ru_stime),
                "seconds": seconds, "command": " ".join(command[1:]),
-               "commit": _commit()}  # fmt: skip
+               "commit": commit}  # fmt: skip
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
