@@ -312,3 +312,15 @@ def test_an_off_policy_algorithm_given_to_the_policy_gradient_task_says_which_ta
     with pytest.raises(BeyondfitError, match=r"off-policy algorithm .* task\._target_=beyondfit"
                                              r"\.tasks\.offpolicy\.build"):
         build(loss=dqn_loss())
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_algo_dqn_solves_cartpole_confirmed_on_100_fresh_episodes(tmp_path: Path) -> None:
+    # RL-Zoo's settings as shipped; seed 0 stops at 30,976 env steps (bench/dqn_cartpole.py).
+    run = tmp_path / "run"
+    done = cli("+task=cartpole", "algo=dqn", "seed=0", "threads=1", *QUIET,
+               f"hydra.run.dir={run}", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    record = __import__("json").loads((run / "result.json").read_text())
+    assert record["solved"] and record["confirming_evaluation"]["episodes"] == 100
