@@ -476,3 +476,19 @@ def test_sac_and_td3_train_to_the_numbers_they_trained_to_before_the_updates_wer
     # (PARTS, actor.every, the shared dict): the declared path computes the very same numbers,
     # so the README's and bench's SAC and TD3 figures still describe this code.
     assert _trained_fingerprint(overrides) == expected
+
+
+def test_sacs_temperature_reads_the_actors_sample_of_the_same_minibatch_or_says_why_not() -> None:
+    from beyondfit.rl.offpolicy_losses import Handoff
+
+    critic, actor, alpha = sac_loss()
+    model = OffPolicyAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)), hidden=(8,))
+    with pytest.raises(BeyondfitError, match=r"'alpha' update reads what the 'actor' update's "
+                                             r"closure gave .* declare 'actor' right before"):
+        alpha.loss(model, None)  # the actor did not run on this minibatch: no stale value
+    handoff = Handoff("a", "b")
+    handoff.give(torch.ones(2))
+    assert torch.equal(handoff.take(), torch.ones(2))
+    with pytest.raises(BeyondfitError, match="'a' gave nothing"):
+        handoff.take()  # once per minibatch
+    assert (critic.name, actor.name, alpha.name) == ("critic", "actor", "alpha")
