@@ -108,3 +108,54 @@ class CleanRLSAC:
         for net, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
             for param, target_param in zip(net.parameters(), target.parameters(), strict=True):
                 target_param.data.copy_(self.tau * param.data + (1 - self.tau) * target_param.data)
+
+
+class LeanRLSAC(CleanRLSAC):
+    """The same update the way LeanRL (``sac_continuous_action_torchcompile.py``) speeds it up:
+    the temperature stays a tensor (no ``.item()``), the Polyak update is one fused
+    ``lerp``, and the critic and the policy updates, backward and optimizer step included,
+    each go through ``torch.compile`` (dynamo splits them at the backward)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.targets = [*self.qf1_target.parameters(), *self.qf2_target.parameters()]
+        self.sources = [*self.qf1.parameters(), *self.qf2.parameters()]
+        self._update_q = torch.compile(self._q)
+        self._update_pi = torch.compile(self._pi)
+
+    def _q(self, obs, actions, next_obs, rewards, dones):
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.get_action(next_obs)
+            min_qf_next = torch.min(self.qf1_target(next_obs, next_actions),
+                                    self.qf2_target(next_obs, next_actions)) - alpha * next_log_pi
+            next_q = rewards + (1 - dones) * self.gamma * min_qf_next.view(-1)
+        qf_loss = (F.mse_loss(self.qf1(obs, actions).view(-1), next_q)
+                   + F.mse_loss(self.qf2(obs, actions).view(-1), next_q))  # fmt: skip
+        self.q_optimizer.zero_grad()
+        qf_loss.backward()
+        self.q_optimizer.step()
+        return qf_loss.detach()
+
+    def _pi(self, obs):
+        alpha = self.log_alpha.detach().exp()
+        pi, log_pi = self.actor.get_action(obs)
+        min_qf_pi = torch.min(self.qf1(obs, pi), self.qf2(obs, pi))
+        actor_loss = ((alpha * log_pi) - min_qf_pi).mean()
+        self.actor_optimizer.zero_grad()
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        alpha_loss = (-self.log_alpha.exp() * (log_pi.detach() + self.target_entropy)).mean()
+        self.a_optimizer.zero_grad()
+        alpha_loss.backward()
+        self.a_optimizer.step()
+        return actor_loss.detach()
+
+    def update(self) -> None:
+        """One update: critic, actor and temperature (compiled), then the targets."""
+        idx = torch.randint(len(self.obs), (self.batch,))
+        self._update_q(self.obs[idx], self.actions[idx], self.next_obs[idx], self.rewards[idx],
+                       self.dones[idx])
+        self._update_pi(self.obs[idx])
+        with torch.no_grad():
+            torch._foreach_lerp_(self.targets, self.sources, self.tau)

@@ -35,10 +35,10 @@ from offpolicy import BENCHES, build, zoo_hyperparams  # noqa: E402
 TASKS = {b.env: b.task for b in BENCHES.values()}
 
 
-def beyondfit(algo: str, env: str) -> Callable[[int], None]:
+def beyondfit(algo: str, env: str, overrides: tuple[str, ...] = ()) -> Callable[[int], None]:
     """``updates -> None``: that many engine steps of ``algo=ALGO`` on ``env``'s task."""
     task, engine = build(TASKS[env], [f"algo={algo}", "task.total_env_steps=3000",
-                                      "task.replay.learning_starts=1000"])
+                                      "task.replay.learning_starts=1000", *overrides])
     data = task.train_data
     first = next(iter(data))  # fills the buffer with the random steps
     engine.train_step(first)
@@ -68,12 +68,12 @@ def sb3(algo: str, env: str) -> Callable[[int], None]:
     return run
 
 
-def cleanrl(env: str) -> Callable[[int], None]:
-    """``updates -> None``: the hand-written loop's updates."""
+def cleanrl(env: str, loop_class: type = CleanRLSAC) -> Callable[[int], None]:
+    """``updates -> None``: the hand-written loop's updates (``LeanRLSAC``: compiled)."""
     import gymnasium as gym
 
     spec = gym.make(env)
-    loop = CleanRLSAC(spec.observation_space.shape[0], spec.action_space.shape[0])
+    loop = loop_class(spec.observation_space.shape[0], spec.action_space.shape[0])
     spec.close()
 
     def run(n: int) -> None:

@@ -65,11 +65,12 @@ def test_whole_step_is_one_graph_and_matches_eager(traced, caplog) -> None:
                                       .lr_scheduler.StepLR(o, 2, 0.5))
     assert _close(eager, compiled_run)
     report = engine.compile_report
-    # The whole step and the evaluation closure; one recompile for the short last batch
-    # (140 = 4 x 32 + 12), none for the changing learning rate or the evaluations.
-    assert (report.graphs, report.recompiles, report.eager) == (2, 1, {})
+    # The update up to the check, the step, the evaluation closure; one recompile for the
+    # short last batch (140 = 4 x 32 + 12), none for the changing learning rate or the
+    # evaluations.
+    assert (report.graphs, report.recompiles, report.eager) == (3, 1, {})
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled:")]
-    assert lines == ["compiled: 2 graphs, 1 recompile, 0 parts left eager"]
+    assert lines == ["compiled: 3 graphs, 1 recompile, 0 parts left eager"]
     # The learning rate is a tensor in the optimizer while compiled, a float in checkpoints.
     assert isinstance(engine.optimizer.param_groups[0]["lr"], torch.Tensor)
     saved = engine.updates[0].state_dict()["optimizer"]["param_groups"][0]["lr"]
@@ -82,12 +83,19 @@ def test_recompiles_stay_bounded_over_epochs_and_evaluations(traced) -> None:
     assert engine.compile_report.recompiles <= 1
 
 
+def test_without_the_check_the_step_is_inside_the_one_graph(traced) -> None:
+    eager, _ = _train(False, on_nonfinite="ignore")
+    compiled_run, engine = _train(True, on_nonfinite="ignore")
+    assert _close(eager, compiled_run)
+    assert engine.compile_report.graphs == 2  # the whole update, the evaluation closure
+
+
 def test_accumulation_and_a_short_window_compile_the_step(traced) -> None:
     eager, _ = _train(False, accumulate=3, clip_value=0.05)
     compiled_run, engine = _train(True, accumulate=3, clip_value=0.05)
     assert _close(eager, compiled_run)
     assert engine.compile_report.eager == {}
-    assert engine.compile_report.graphs == 3  # closure, step, evaluation closure
+    assert engine.compile_report.graphs == 4  # closure, clip and check, step, evaluation
 
 
 def test_skip_never_applies_a_nan_batch(traced) -> None:
@@ -177,7 +185,7 @@ def test_several_optimizers_a_ratio_and_a_slow_copy(traced) -> None:
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     report = comp.compile_report
     assert report.eager == {} and report.recompiles == 0
-    assert report.graphs == 2  # one whole step per optimizer
+    assert report.graphs == 4  # per optimizer: the update to the check, the step
 
 
 def test_bf16_autocast_is_compiled_inside_the_step(traced) -> None:
@@ -302,7 +310,7 @@ def test_compile_max_without_cuda_says_so_and_compiles(traced, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="beyondfit"):
         _, engine = _train("max", epochs=1)
     assert any("CUDA graphs need a CUDA device" in r.getMessage() for r in caplog.records)
-    assert engine.compile_report.graphs == 2
+    assert engine.compile_report.graphs == 3
 
 
 def test_max_asks_inductor_for_cuda_graphs_on_cuda_only(monkeypatch) -> None:

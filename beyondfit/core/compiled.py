@@ -5,12 +5,14 @@ For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces
 
     whole graph (one micro-batch per step):
         closure under autocast -> gradients (torch.autograd.grad, into this optimizer's
-        parameters only) -> clip by norm and value -> non-finite flag -> optimizer step
-        (undone in the graph when the flag is down) -> target networks' Polyak or hard update
+        parameters only) -> clip by norm and value -> non-finite flag
+    step graph (after the host read the flag, as the eager step does; with
+    ``on_nonfinite="ignore"`` it is part of the graph above, and nothing is read):
+        optimizer step -> target networks' Polyak or hard update
 
     split (accumulation, DDP, or a closure that cannot be traced whole):
         the closure compiled where it can be (graph breaks around what cannot be traced, a
-        metric object's ``update``) -> eager backward -> the same clip/check/step/target graph
+        metric object's ``update``) -> eager backward -> the same clip and check, then the step
 
 What stays outside the graphs, by design: deciding which optimizers are due (``every=``), the
 one host read of the non-finite flag per step (as in the eager step), the scheduler's step,
@@ -30,7 +32,7 @@ parts left eager, logged once at the end of ``fit``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -129,6 +131,8 @@ class CompiledUpdate:
         self._whole: CountedCompile | None = None
         self._closure: Any = None  # the split path's closure (compiled, or the user's)
         self._apply: CountedCompile | None = None
+        self._step: CountedCompile | None = None
+        self._pending: list[torch.Tensor] = []  # the target networks' blends of this step
         self._eval: Any = None
         self.steps_compiled = True
         if precision.scaler is not None:
@@ -160,37 +164,38 @@ class CompiledUpdate:
                     group["fused"] = False
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
+        graph = lambda fn, **kw: CountedCompile(fn, self.report, self.mode,  # noqa: E731
+                                                self.device, **kw)
         if self.whole:
-            self._whole = CountedCompile(self._whole_step, self.report, self.mode, self.device,
-                                         fullgraph=True, autograd=True)
+            self._whole = graph(self._whole_step, fullgraph=True, autograd=True)
         if self.steps_compiled:
-            self._apply = CountedCompile(self._apply_step, self.report, self.mode, self.device,
-                                    fullgraph=True)
-        self._closure = CountedCompile(self._call_closure, self.report, self.mode, self.device,
-                                  fullgraph=False)
+            self._apply = graph(self._apply_step, fullgraph=True)
+            if self.check:  # the step waits for the host's verdict: a graph of its own
+                self._step = graph(self._step_graph, fullgraph=True)
+        self._closure = graph(self._call_closure, fullgraph=False)
 
     def run_whole(self, batch: Any) -> tuple[torch.Tensor, Mapping[str, Any], Any, Any] | None:
-        """The whole step on one micro-batch: ``(loss, logs, grad_norm, ok)``, or ``None``
-        when it cannot be compiled (then the caller runs the split path for this batch)."""
+        """The whole update on one micro-batch: ``(loss, logs, grad_norm, ok)``, then
+        :meth:`commit` or :meth:`discard`; ``None`` when it cannot be compiled (the caller
+        then runs the split path for this batch)."""
         if self._whole is None:
             return None
-        weights = self._follow_weights()
-        self._pin_lrs()
+        self._pending = self._follow_weights()
+        if not self.check:
+            self._pin_lrs()
         self._lend_grads()
         try:
-            return self._whole(batch, weights)
+            return self._whole(batch, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:  # a closure that cannot be traced whole, a backend failure
             self._whole = None
-            self._unpin_lrs_if_eager()
+            self.discard()
+            self._unpin_lrs()
             self.report.left_eager(f"{self.label}'s whole step",
                                    f"{reason(exc)}; the closure is compiled with graph "
                                    "breaks, its backward runs eagerly")
-            self.undo_weights()
             return None
-        finally:
-            self._take_back_grads()
 
     def closure(self, model: Any, batch: Any) -> Any:
         """The split path's closure call: compiled where it can be."""
@@ -208,26 +213,58 @@ class CompiledUpdate:
             return self.update.loss_fn(model, batch)
 
     def apply(self, factor: float, loss: torch.Tensor | None) -> tuple[Any, Any] | None:
-        """Rescale, clip, check and step over the gradients in ``.grad`` as one graph:
-        ``(grad_norm, ok)``, or ``None`` when this part runs eagerly."""
+        """Rescale, clip and check the gradients in ``.grad`` as one graph: ``(grad_norm,
+        ok)``, then :meth:`commit` or :meth:`discard`; ``None`` when this part runs
+        eagerly."""
         if self._apply is None:
             return None
-        weights = self._follow_weights()
-        self._pin_lrs()
+        self._pending = self._follow_weights()
+        if not self.check:
+            self._pin_lrs()
         scale = torch.full((), factor, device=self.device)
         pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
         try:
-            return self._apply(scale, pending, weights)
+            return self._apply(scale, pending, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:
             if self._apply.called:
                 raise
             self._apply = None
-            self._unpin_lrs_if_eager()
             self.undo_weights()
+            self._unpin_lrs()
             self.report.left_eager(f"{self.label}'s step", reason(exc))
             return None
+
+    def commit(self) -> None:
+        """The step of gradients the host found finite (with the check on: a graph of its
+        own; otherwise it was part of the graph already)."""
+        if self.check:
+            self._run_step(self._pending)
+        self._take_back_grads()
+
+    def discard(self) -> None:
+        """Drop the gradients of a step that is not applied."""
+        self.undo_weights()
+        self._take_back_grads()
+
+    def _run_step(self, weights: list[torch.Tensor]) -> None:
+        if self._step is not None:
+            self._pin_lrs()
+            try:
+                self._step(weights)
+                return
+            except BeyondfitError:
+                raise
+            except Exception as exc:
+                if self._step.called:
+                    raise
+                self._step = None
+                self.report.left_eager(f"{self.label}'s optimizer step", reason(exc))
+        self._unpin_lrs()
+        self.update.optimizer.step()
+        with torch.no_grad():
+            self._follow(weights)
 
     def eval_closure(self, model: Any, batch: Any) -> Any:
         """The closure in evaluation, compiled (graph breaks allowed) on its own cache."""
@@ -271,8 +308,8 @@ class CompiledUpdate:
                 k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
             norm, ok = self._clip_and_check(grads, loss)
             torch._foreach_copy_([p.grad for p in update.params], grads)
-            self._guarded_step(ok)
-            self._follow(weights, ok)
+            if not self.check:
+                self._step_graph(weights)
         return loss, logs, norm, ok
 
     def _apply_step(self, scale: torch.Tensor, loss: torch.Tensor,
@@ -281,8 +318,8 @@ class CompiledUpdate:
             grads = [p.grad for p in self.update.params]
             torch._foreach_mul_(grads, scale)
             norm, ok = self._clip_and_check(grads, loss)
-            self._guarded_step(ok)
-            self._follow(weights, ok)
+            if not self.check:
+                self._step_graph(weights)
         return norm, ok
 
     def _clip_and_check(self, grads: list[torch.Tensor], loss: torch.Tensor) -> Any:
@@ -301,32 +338,17 @@ class CompiledUpdate:
         ok = torch.isfinite(total + loss) if self.check else None
         return norm, ok
 
-    def _guarded_step(self, ok: torch.Tensor | None) -> None:
-        # A non-finite step is never applied: the graph keeps the old weights and optimizer
-        # state where the flag is down (no host sync needed before the step).
+    def _step_graph(self, weights: list[torch.Tensor]) -> None:
+        # The optimizer's step over the gradients in .grad, then the target networks.
         optimizer = self.update.optimizer
-        step = _raw_step(optimizer)
-        if ok is None:
-            step(optimizer)
-            return
-        tensors = list(self._stepped_tensors())
-        saved = [t.clone() for t in tensors]
-        step(optimizer)
-        for t, old in zip(tensors, saved, strict=True):
-            t.copy_(torch.where(ok, t, old))
+        with torch.no_grad():
+            _raw_step(optimizer)(optimizer)
+            self._follow(weights)
 
-    def _stepped_tensors(self) -> Iterator[torch.Tensor]:
-        optimizer = self.update.optimizer
-        for p in self.update.params:
-            yield p
-            for value in optimizer.state.get(p, {}).values():
-                if isinstance(value, torch.Tensor):
-                    yield value
-
-    def _follow(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
-        # After the step, as its after_step hook would; not after a step that was undone.
+    def _follow(self, weights: list[torch.Tensor]) -> None:
+        # After the step, as its after_step hook would.
         for (copy, _), weight in zip(self.targets, weights, strict=True):
-            copy.follow(weight if ok is None else weight * ok)
+            copy.follow(weight)
 
     # ------------------------------------------------------------------ host-side plumbing
     def _follow_weights(self) -> list[torch.Tensor]:
@@ -360,16 +382,14 @@ class CompiledUpdate:
                 tensor.fill_(float(group["lr"]))
                 group["lr"] = tensor
 
-    def _unpin_lrs_if_eager(self) -> None:
-        # The eager foreach optimizers refuse a tensor learning rate: floats again (and the
-        # fused kernel, where the optimizer had it).
-        if self._whole is None and self._apply is None:
-            for group, fused in zip(self.update.optimizer.param_groups, self._fused,
-                                    strict=True):
-                if isinstance(group["lr"], torch.Tensor):
-                    group["lr"] = float(group["lr"])
-                if fused:
-                    group["fused"] = fused
+    def _unpin_lrs(self) -> None:
+        # Before an eager optimizer step: the foreach optimizers refuse a tensor learning
+        # rate (floats again), and a fused optimizer gets its kernel back.
+        for group, fused in zip(self.update.optimizer.param_groups, self._fused, strict=False):
+            if isinstance(group["lr"], torch.Tensor):
+                group["lr"] = float(group["lr"])
+            if fused:
+                group["fused"] = fused
 
     def _lend_grads(self) -> None:
         # The graph writes the gradients into these buffers for the optimizer to read;

@@ -249,12 +249,12 @@ class Window:
 
     def _finish(self, slot: Slot, norm: Any, ok: Any,
                 pending: tuple[torch.Tensor, Mapping[str, Any]] | None) -> None:
-        """What follows a compiled step on the host: the non-finite verdict (one read of a
-        flag, the eager step's one sync; the graph already kept a bad step from applying),
+        """What follows a compiled update on the host: the non-finite verdict (one read of a
+        flag, the eager step's one sync), then the step (its own graph when the check is on),
         the logs, the scheduler, the hooks that stay in Python."""
         update, metrics, program = slot.update, self.metrics, slot.program
         if ok is not None and not bool(ok):
-            program.undo_weights()
+            program.discard()
             update.optimizer.zero_grad(set_to_none=True)
             bad_loss = pending is not None and not bool(torch.isfinite(pending[0]))
             self.check.failed(update.name, pending[1] if bad_loss else {},
@@ -265,6 +265,7 @@ class Window:
             metrics.update(_prefixed(pending[1], update.prefix))
         if norm is not None:
             metrics.update({update.prefix + "grad_norm": norm})
+        program.commit()  # the optimizer step and target networks, if not in the graph
         if update.scheduler is not None and not update.plateau:
             self.precision.step_scheduler(update.scheduler, update.steps == 0)
         update.optimizer.zero_grad(set_to_none=True)
