@@ -123,12 +123,18 @@ def engine_compiled(p: Problem, timer: Timer) -> Result:
     return overhead._engine(p, timer, p.batches(), compile=True)
 
 
+def engine_compiled_nocheck(p: Problem, timer: Timer) -> Result:
+    return overhead._engine(p, timer, p.batches(), compile=True, on_nonfinite="ignore")
+
+
 MLP_ROWS: dict[str, tuple[str, Run]] = {
     "raw": ("raw eager loop (Adam, clip_grad_norm_)", overhead.raw_slicing),
     "raw_fused": ("raw eager loop, `Adam(fused=True)`", raw_fused),
     "limit": ("hand-compiled step: one graph (the limit)", hand_compiled),
     "engine": ("beyondfit engine, eager", overhead.engine_batches),
     "engine_compiled": ("beyondfit engine, `compile=True`", engine_compiled),
+    "engine_compiled_nocheck": ("beyondfit engine, `compile=True, on_nonfinite=\"ignore\"`",
+                                engine_compiled_nocheck),
     "lightning": ("Lightning Trainer, minimal", overhead.lightning_minimal),
 }
 

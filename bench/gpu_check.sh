@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One short GPU check (under 5 minutes on one GPU): the tests that need CUDA, then regression and
 # CartPole with device=cuda in fp32, bf16 and fp16 (and DDP over NCCL), each timed against the
-# same run on the CPU. Prints a table; the run directories and logs stay in $OUT (or a temp dir).
+# same run on the CPU, then the compiled step on CUDA (engine.compile=true and max: CUDA graphs)
+# for regression and Pendulum SAC. Prints a table; the run directories and logs stay in $OUT
+# (or a temp dir).
 #
 #   bash bench/gpu_check.sh                    # on a machine with CUDA
 #   CHECK_DEVICE=cpu bash bench/gpu_check.sh   # dry run of this script on a CPU-only machine
@@ -58,8 +60,10 @@ run() {
     if [ "$task" = regression ]; then
         result=$(grep -o 'validation R2: model [-0-9.]*' "$OUT/$label.log" | tail -n 1)
     else
-        result=$(grep -o 'greedy val_return [0-9.]*' "$OUT/$label.log" | tail -n 1)
+        result=$(grep -o 'greedy val_return [-0-9.]*' "$OUT/$label.log" | tail -n 1)
     fi
+    result="$result $(grep -o 'compiled: [0-9]* graphs\?, [0-9]* recompiles\?, [0-9]* parts\? left eager' \
+        "$OUT/$label.log" | tail -n 1)"
     if [ $rc -ne 0 ]; then
         STATUS=1
         result="FAILED (exit $rc): $(tail -n 1 "$OUT/$label.log")"
@@ -76,6 +80,13 @@ run reg-cpu-32 regression cpu 32 "${REG[@]}"
 for p in 32 bf16 16; do run "reg-$DEVICE-$p" regression "$DEVICE" "$p" "${REG[@]}"; done
 run cart-cpu-32 cartpole cpu 32 "${CART[@]}"
 for p in 32 bf16 16; do run "cart-$DEVICE-$p" cartpole "$DEVICE" "$p" "${CART[@]}"; done
+
+echo "== the compiled step (engine.compile=true, and max: CUDA graphs on CUDA)"
+for mode in true max; do
+    run "reg-$DEVICE-c$mode" regression "$DEVICE" 32 "${REG[@]}" "engine.compile=$mode"
+    run "sac-$DEVICE-c$mode" pendulum "$DEVICE" 32 algo=sac task.total_env_steps=3000 \
+        task.replay.learning_starts=1000 "engine.compile=$mode"
+done
 
 echo "== DDP: torchrun, one process per GPU (NCCL; Gloo on a dry run)"
 NPROC=$(python -c "import torch; print(max(1, torch.cuda.device_count()) if '$DEVICE' == 'cuda' else 2)")

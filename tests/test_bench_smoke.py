@@ -198,3 +198,37 @@ def test_reinforce_raw_reference_loop_trains_and_evaluates():
     result = raw.train(0, max_env_steps=1024, eval_every=512)
     assert result["env_steps"] >= 1024 and result["train_seconds"] > 0
 
+
+
+@pytest.fixture
+def compile_bench(monkeypatch):
+    """bench/compile.py with every graph traced for real but run as Python (no C++ build):
+    its code paths in seconds; the timings are the bench's own business."""
+    import torch
+
+    from beyondfit.core import graphs
+
+    real = torch.compile
+    monkeypatch.setattr(graphs, "inductor", lambda gm, example_inputs, patches: gm.forward)
+    monkeypatch.setattr(torch, "compile", lambda fn=None, **kw: real(fn, **{"backend": "eager",
+                                                                             **kw}))
+    return _load("compile")
+
+
+def test_compile_bench_mlp_rows_run_and_stay_close_to_the_raw_loop(compile_bench):
+    size = compile_bench.SIZES["tiny"]
+    small = compile_bench.Size(size.name, size.layers, size.batch, 3, 2, size.task, 1)
+    keys = [k for k in compile_bench.MLP_ROWS if k != "lightning"]
+    text = compile_bench.measure_mlp(small, keys, repeats=1)
+    assert all(compile_bench.MLP_ROWS[k][0] in text for k in keys)
+    assert "| beyondfit engine, eager |" in text and "| bitwise |" in text  # the eager engine
+    drifts = [float(line.split("max |diff| ")[1].rstrip(" |"))
+              for line in text.splitlines() if "max |diff|" in line]
+    assert drifts and max(drifts) < 1e-3  # compiled rows: close to the raw loop, not bitwise
+
+
+def test_compile_bench_sac_rows_run(compile_bench):
+    text = compile_bench.measure_sac("Pendulum-v1", updates=2, rounds=1, sb3=False)
+    for label in ("beyondfit `algo=sac`, eager", "beyondfit `algo=sac`, `engine.compile=true`",
+                  "CleanRL SAC by hand, eager", "CleanRL SAC compiled the LeanRL way"):
+        assert f"| {label} |" in text

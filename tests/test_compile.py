@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import shlex
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from beyondfit.core import graphs
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
-from kit import mse, sum_data
+from kit import cli, mse, sum_data
 
 
 @pytest.fixture
@@ -352,3 +353,24 @@ def test_compiled_model_inside_ddp_gives_the_eager_losses() -> None:
         assert _close(eager, comp)
     finally:
         shutdown()
+
+
+#: The README's compile commands, each with the overrides that make it tiny.
+README_COMPILE = {
+    "python -m beyondfit +task=regression engine.compile=true": ("train.epochs=2",),
+    "python -m beyondfit +task=pendulum algo=sac engine.compile=true": (
+        "task.total_env_steps=1200", "task.replay.learning_starts=600",
+        "task.confirm_episodes=1", "plots=false"),
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.slow  # inductor builds each graph's C++ kernels: about a minute a command
+@pytest.mark.runs(*README_COMPILE)
+def test_readme_compile_commands_compile_every_step(tmp_path) -> None:
+    for i, (line, tiny) in enumerate(README_COMPILE.items()):
+        args = shlex.split(line)[3:]
+        done = cli(*args, *tiny, f"hydra.run.dir={tmp_path / str(i)}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "0 parts left eager" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+        assert "compile:" not in done.stderr  # no part fell back

@@ -254,8 +254,7 @@ class Window:
         the logs, the scheduler, the hooks that stay in Python."""
         update, metrics, program = slot.update, self.metrics, slot.program
         if ok is not None and not bool(ok):
-            program.discard()
-            update.optimizer.zero_grad(set_to_none=True)
+            program.discard()  # (it drops the gradients: no zero_grad needed)
             bad_loss = pending is not None and not bool(torch.isfinite(pending[0]))
             self.check.failed(update.name, pending[1] if bad_loss else {},
                               "step" if bad_loss else "optimizer step", self.state, metrics)
@@ -265,10 +264,9 @@ class Window:
             metrics.update(_prefixed(pending[1], update.prefix))
         if norm is not None:
             metrics.update({update.prefix + "grad_norm": norm})
-        program.commit()  # the optimizer step and target networks, if not in the graph
-        if update.scheduler is not None and not update.plateau:
+        program.commit()  # the optimizer step and target networks if not in the graph;
+        if update.scheduler is not None and not update.plateau:  # gradients dropped
             self.precision.step_scheduler(update.scheduler, update.steps == 0)
-        update.optimizer.zero_grad(set_to_none=True)
         update.steps += 1
         program.after_step()
         self.stepped += 1
