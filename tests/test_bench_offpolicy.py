@@ -64,7 +64,7 @@ def test_update_cost_table_has_every_contender() -> None:
 def test_dqn_cartpole_bench_runs_a_seed_and_tables_it(tmp_path: Path, method: str) -> None:
     if method == "sb3":
         pytest.importorskip("stable_baselines3")
-    bench = load("dqn_cartpole")
+    bench = load("dqn")
     tiny = ["task.eval_every_env_steps=1500", "task.confirm_episodes=3", "task.hidden=[16]"]
     args = ["--seeds", "0", "--budget", "1500", "--method", method, "--results", str(tmp_path)]
     text = bench.main([*args, *(tiny if method == "beyondfit" else [])])

@@ -1,24 +1,26 @@
-"""``python -m beyondfit +task=cartpole algo=dqn`` on several seeds, as a user runs it, beside SB3.
+"""``python -m beyondfit +task=TASK algo=dqn`` on several seeds, as a user runs it, beside SB3.
 
-    python bench/dqn_cartpole.py --seeds 0 1 2     # the missing runs, one at a time; the table
-    python bench/dqn_cartpole.py --method sb3      # SB3's DQN, the same protocol
-    python bench/dqn_cartpole.py --table           # the table from the kept runs
+    python bench/dqn.py --seeds 0 1 2                     # CartPole-v1, the missing runs; the table
+    python bench/dqn.py --method sb3                      # SB3's DQN, the same protocol
+    python bench/dqn.py --task lunarlander --seeds 0 1 2  # LunarLander-v3
+    python bench/dqn.py --table                           # the table from the kept runs
 
-Each seed is one command-line run with RL-Zoo's CartPole-v1 settings
-(``conf/experiment/tuned/cartpole_dqn.yaml``: at most 50,000 env steps), its stop rule (a greedy
-mean of 20 episodes >= 475, every 2,500 env steps) and its confirming evaluation (100 fresh greedy
-episodes: "solved" only if it holds). Kept per seed under ``--results``
-(``bench/results/dqn-cartpole/seedS/``: the run directory, and ``summary.json``): whether it
-was solved, the env steps when it stopped, the confirmed return, and the run's CPU time (the
-whole process: building, training, evaluations). A seed whose ``summary.json`` exists is not
-run again. Results are written, never asserted on: times depend on the machine.
+Each seed is one command-line run with RL-Zoo's settings (``conf/experiment/tuned/TASK_dqn.yaml``:
+CartPole-v1 at most 50,000 env steps, LunarLander-v3 100,000), the task's stop rule (a greedy
+mean over the evaluation's episodes at or above the target: CartPole 475 over 20 episodes every
+2,500 env steps, LunarLander 200 over 10 every 5,000) and its confirming evaluation (100 fresh
+greedy episodes: "solved" only if it holds; at the end too). Kept per seed under ``--results``
+(``bench/results/dqn-TASK/seedS/``: the run directory, and ``summary.json``): whether it was
+solved, the env steps when it stopped, the confirmed return, and the run's CPU time (the whole
+process: building, training, evaluations). A seed whose ``summary.json`` exists is not run
+again. Results are written, never asserted on: times depend on the machine.
 
 ``--method sb3`` runs Stable-Baselines3's DQN with the same RL-Zoo settings (hyperparams/dqn.yml)
-under the same protocol, in a process of its own as well: a greedy evaluation of 20 episodes
-every 2,500 env steps (envs seeded ``seed + 10000``, as beyondfit's), stop at >= 475, then 100
-fresh greedy episodes (seeds ``seed + 500000`` on, as beyondfit's confirming evaluation); a stop
-the fresh episodes do not confirm is withdrawn and training goes on, as in beyondfit. Kept under
-``bench/results/dqn-cartpole-sb3/``.
+under the same protocol, in a process of its own as well: the same greedy evaluation (envs
+seeded ``seed + 10000``, as beyondfit's), the same stop, then 100 fresh greedy episodes (seeds
+``seed + 500000`` on, as beyondfit's confirming evaluation); a stop the fresh episodes do not
+confirm is withdrawn and training goes on, as in beyondfit. Kept under
+``bench/results/dqn-TASK-sb3/``.
 """
 
 from __future__ import annotations
@@ -31,21 +33,42 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "dqn-cartpole"
+RESULTS = ROOT / "bench" / "results"
+CONFIRM_EPISODES = 100
 
 
-ZOO = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
-           gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-           exploration_fraction=0.16, exploration_final_eps=0.04,
-           policy_kwargs=dict(net_arch=[256, 256]))  # RL-Zoo's CartPole-v1 entry
-BUDGET, EVAL_EVERY, EVAL_EPISODES, CONFIRM_EPISODES, TARGET = 50_000, 2500, 20, 100, 475.0
+@dataclass(frozen=True)
+class Bench:
+    """One task: its env, budget, evaluation (every, episodes), target and RL-Zoo's settings."""
+
+    env: str
+    budget: int
+    eval_every: int
+    eval_episodes: int
+    target: float
+    zoo: dict
 
 
-def sb3_main(seed: int, run_dir: Path, budget: int = BUDGET) -> None:
-    """SB3 DQN on CartPole-v1 under the protocol (run in a process of its own)."""
+BENCHES = {  # rl-baselines3-zoo hyperparams/dqn.yml
+    "cartpole": Bench("CartPole-v1", 50_000, 2500, 20, 475.0, dict(
+        learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+        gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+        exploration_fraction=0.16, exploration_final_eps=0.04,
+        policy_kwargs=dict(net_arch=[256, 256]))),
+    "lunarlander": Bench("LunarLander-v3", 100_000, 5000, 10, 200.0, dict(
+        learning_rate=6.3e-4, batch_size=128, buffer_size=50_000, learning_starts=0,
+        gamma=0.99, target_update_interval=250, train_freq=4, gradient_steps=-1,
+        exploration_fraction=0.12, exploration_final_eps=0.1,
+        policy_kwargs=dict(net_arch=[256, 256]))),
+}
+
+
+def sb3_main(task: str, seed: int, run_dir: Path, budget: int) -> None:
+    """SB3 DQN on the task's env under the protocol (run in a process of its own)."""
     import torch
     from stable_baselines3 import DQN
     from stable_baselines3.common.callbacks import BaseCallback
@@ -65,50 +88,51 @@ def sb3_main(seed: int, run_dir: Path, budget: int = BUDGET) -> None:
         def act(self, obs: torch.Tensor, greedy: bool = True) -> torch.Tensor:
             return torch.as_tensor(self.model.predict(obs.numpy(), deterministic=greedy)[0])
 
-    evaluator = GreedyEvaluator("CartPole-v1", EVAL_EPISODES, seed=seed + 10_000)
+    bench = BENCHES[task]
+    evaluator = GreedyEvaluator(bench.env, bench.eval_episodes, seed=seed + 10_000)
 
     class Stop(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
-            self.next, self.attempts, self.result = EVAL_EVERY, 0, None
+            self.next, self.attempts, self.result = bench.eval_every, 0, None
 
         def _on_step(self) -> bool:
             if self.num_timesteps < self.next:
                 return True
-            self.next += EVAL_EVERY
-            if evaluator(Greedy(self.model))["val_return"] < TARGET:
+            self.next += bench.eval_every
+            if evaluator(Greedy(self.model))["val_return"] < bench.target:
                 return True
             first = seed + 500_000 + self.attempts * CONFIRM_EPISODES
             self.attempts += 1
-            fresh = GreedyEvaluator("CartPole-v1", CONFIRM_EPISODES, seed=first)
+            fresh = GreedyEvaluator(bench.env, CONFIRM_EPISODES, seed=first)
             self.result = fresh(Greedy(self.model))["val_return"]
             fresh.close()
-            return self.result < TARGET  # an unconfirmed stop is withdrawn
+            return self.result < bench.target  # an unconfirmed stop is withdrawn
 
-    zoo = {**ZOO, "learning_starts": min(ZOO["learning_starts"], budget // 2)}  # tiny budgets
-    model = DQN("MlpPolicy", "CartPole-v1", seed=seed, device="cpu", verbose=0, **zoo)
+    zoo = {**bench.zoo, "learning_starts": min(bench.zoo["learning_starts"], budget // 2)}
+    model = DQN("MlpPolicy", bench.env, seed=seed, device="cpu", verbose=0, **zoo)
     stop = Stop()
     model.learn(budget, callback=stop)
-    if stop.result is None or stop.result < TARGET:  # ran its budget: the final confirmation
-        fresh = GreedyEvaluator("CartPole-v1", CONFIRM_EPISODES,
+    if stop.result is None or stop.result < bench.target:  # ran its budget: confirm at the end
+        fresh = GreedyEvaluator(bench.env, CONFIRM_EPISODES,
                                 seed=seed + 500_000 + stop.attempts * CONFIRM_EPISODES)
         stop.result = fresh(Greedy(model))["val_return"]
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "result.json").write_text(json.dumps(
-        {"solved": stop.result >= TARGET, "values": {"val_return": stop.result},
-         "stopped_by": "val_return>=475" if model.num_timesteps < budget else None,
+        {"solved": stop.result >= bench.target, "values": {"val_return": stop.result},
+         "stopped_by": "the stop rule" if model.num_timesteps < budget else None,
          "step": model._n_updates, "env_steps": model.num_timesteps}) + "\n")
 
 
-def run_seed(seed: int, results: Path, overrides: list[str], method: str = "beyondfit",
-             budget: int = BUDGET) -> dict:  # fmt: skip
+def run_seed(task: str, seed: int, results: Path, overrides: list[str], method: str,
+             budget: int) -> dict:  # fmt: skip
     """One run in a process of its own; its summary (also ``results/seedS/summary.json``)."""
     run_dir = results / f"seed{seed}"
     if method == "sb3":
-        command = [sys.executable, str(Path(__file__).resolve()), "--sb3-one", str(seed),
-                   "--results", str(results), "--budget", str(budget)]
+        command = [sys.executable, str(Path(__file__).resolve()), "--task", task, "--sb3-one",
+                   str(seed), "--results", str(results), "--budget", str(budget)]
     else:
-        command = [sys.executable, "-m", "beyondfit", "+task=cartpole", "algo=dqn",
+        command = [sys.executable, "-m", "beyondfit", f"+task={task}", "algo=dqn",
                    f"seed={seed}", "device=cpu", "threads=1", "progress.bar=false",
                    "plots=false", f"hydra.run.dir={run_dir}", f"task.total_env_steps={budget}",
                    *overrides]
@@ -143,7 +167,7 @@ def _commit() -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
                               check=False).stdout.strip()
 
-    dirty = git("status", "--porcelain", "--", "beyondfit", "conf", "bench/dqn_cartpole.py")
+    dirty = git("status", "--porcelain", "--", "beyondfit", "conf", "bench/dqn.py")
     return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
 
 
@@ -167,24 +191,27 @@ def table(results: Path) -> str:
 
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=sorted(BENCHES), default="cartpole")
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--method", choices=("beyondfit", "sb3"), default="beyondfit")
     parser.add_argument("--results", type=Path, default=None)
-    parser.add_argument("--budget", type=int, default=BUDGET, help="env steps per run, at most")
+    parser.add_argument("--budget", type=int, default=None, help="env steps per run, at most")
     parser.add_argument("--sb3-one", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--table", action="store_true", help="only print the kept runs' table")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides (tests)")
     args = parser.parse_args(argv)
+    budget = args.budget or BENCHES[args.task].budget
     if args.sb3_one is not None:
-        sb3_main(args.sb3_one, args.results / f"seed{args.sb3_one}", args.budget)
+        sb3_main(args.task, args.sb3_one, args.results / f"seed{args.sb3_one}", budget)
         return ""
     if args.results is None:
-        args.results = RESULTS.with_name(RESULTS.name + ("-sb3" if args.method == "sb3" else ""))
+        args.results = RESULTS / f"dqn-{args.task}{'-sb3' if args.method == 'sb3' else ''}"
     args.results.mkdir(parents=True, exist_ok=True)
     if not args.table:
         for seed in args.seeds:
             if not (args.results / f"seed{seed}" / "summary.json").exists():
-                summary = run_seed(seed, args.results, args.overrides, args.method, args.budget)
+                summary = run_seed(args.task, seed, args.results, args.overrides, args.method,
+                                   budget)
                 print(json.dumps(summary), flush=True)
     text = table(args.results)
     print(text)
