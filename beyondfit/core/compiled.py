@@ -23,11 +23,9 @@ graph), so nothing in a run recompiles except a new batch shape (a short last ba
 Numerics: a compiled run is close to the eager one, not bitwise (inductor fuses and reorders
 floating-point operations). The eager path (``compile=False``) is untouched by all this.
 
-Each optimizer's first step runs eagerly: it checks the closure's output with the eager
-step's clear errors and creates the optimizer's state, so the graph is traced over the state
-it will keep. What cannot be compiled falls back to the eager step with one warning naming
-the part and the reason; the run goes on. :class:`CompileReport` counts graphs, recompiles and
-parts left eager, logged once at the end of ``fit``.
+Each optimizer's first step runs eagerly (the closure's output checked with the eager step's
+errors; the optimizer's state created, so the graph is traced over it). What cannot be
+compiled runs eagerly, with one warning naming the part and the reason.
 """
 
 from __future__ import annotations
@@ -397,6 +395,6 @@ class CompiledUpdate:
         for p, grad in zip(self.update.params, self._grads, strict=True):
             p.grad = grad
 
-    def _take_back_grads(self) -> None:
+    def _take_back_grads(self) -> None:  # zero_grad(set_to_none=True), without its wrappers
         for p in self.update.params:
             p.grad = None
