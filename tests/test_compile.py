@@ -22,7 +22,7 @@ from beyondfit.core import graphs
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
-from kit import cli, mse, sum_data
+from kit import ROOT, cli, mse, rows, sum_data
 
 
 @pytest.fixture
@@ -341,6 +341,43 @@ def test_compiled_gan_with_a_slow_copy_matches_eager() -> None:
     comp, h_comp = _gan(True)
     assert comp.compile_report.eager == {}
     assert _close(h_eager, h_comp, tol=1e-3)
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_compiled_autoencoder_reaches_the_eager_validation_loss(tmp_path) -> None:
+    finals = []
+    for i, compile in enumerate(("false", "true")):
+        done = cli("+task=autoencoder", "train.epochs=3", f"engine.compile={compile}",
+                   "plots=false", f"hydra.run.dir={tmp_path / str(i)}", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        finals.append([r["val_loss"] for r in rows(tmp_path / str(i)) if "val_loss" in r][-1])
+    assert finals[1] == pytest.approx(finals[0], rel=0.02)  # the stated tolerance: 2%
+
+
+@pytest.mark.slow
+def test_compiled_sac_update_reaches_the_eager_losses() -> None:
+    import sys
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from offpolicy import build
+
+    scores = []
+    for compile in ("false", "true"):
+        task, engine = build("pendulum", ["algo=sac", "task.total_env_steps=3000",
+                                          "task.replay.learning_starts=1000",
+                                          f"engine.compile={compile}"])
+        engine.train_step(next(iter(task.train_data)))  # fills the buffer: the same rows
+        buffer, g = task.train_data.buffer, torch.Generator().manual_seed(0)
+        for _ in range(150):
+            engine.train_step(buffer.sample(256, g))
+        held_out = [buffer.sample(256, torch.Generator().manual_seed(1)) for _ in range(4)]
+        scores.append(engine.evaluate(held_out))
+        if compile == "true":
+            assert engine.compile_report.eager == {}
+    eager, compiled_run = scores
+    for key in ("val_critic/loss", "val_actor/loss"):  # the stated tolerance: 10%
+        assert compiled_run[key] == pytest.approx(eager[key], rel=0.1, abs=0.05), key
 
 
 @pytest.mark.slow
