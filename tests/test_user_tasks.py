@@ -118,7 +118,7 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
     check_choices(["--config-dir=conf", "-m", "+task=mine,other"])
     check_choices(["hydra.searchpath=[file://conf]", "+task=other"])
     for args in (["--config-dir", "conf", "+task=nine"], ["+task=mine"],
-                 ["+task=cartpole", "algo=dqn"]):
+                 ["+task=cartpole", "algo=c51"]):
         with pytest.raises(SystemExit) as info:
             check_choices(args)
         assert info.value.code == 2
@@ -128,10 +128,10 @@ def test_help_and_the_unknown_task_check_list_the_users_tasks(
     assert f"unknown task 'nine'; available: {shipped_and_mine}" in err[0]
     assert f"looked for nine.yaml in {tmp_path / 'conf' / 'task'}" in err[0]
     assert "unknown task 'mine'" in err[1] and "--config-dir DIR" in err[1]
-    assert f"unknown algo 'dqn'; available: {', '.join(available('algo'))}" in (
+    assert f"unknown algo 'c51'; available: {', '.join(available('algo'))}" in (
         err[2]
     )
-    assert "(pick with algo=NAME; your own: DIR/algo/dqn.yaml with --config-dir DIR)" in err[2]
+    assert "(pick with algo=NAME; your own: DIR/algo/c51.yaml with --config-dir DIR)" in err[2]
 
 
 @pytest.mark.e2e
