@@ -213,15 +213,9 @@ class Window:
                 value = value + pending[0]
             if not self.strategy.all_finite(value):
                 update.optimizer.zero_grad(set_to_none=True)
-                bad_loss = pending is not None and not bool(torch.isfinite(pending[0].detach()))
-                self.check.failed(update.name, pending[1] if bad_loss else {},
-                                  "step" if bad_loss else "optimizer step", self.state, metrics)
+                self._refuse(update, pending)
                 return
-        if pending is not None:
-            self.check.consecutive = 0
-            metrics.update(_prefixed(pending[1], update.prefix))
-        if norm is not None:
-            metrics.update({update.prefix + "grad_norm": norm})
+        self._log(update, norm, pending)
         self.precision.step(update.optimizer)  # fp16: skips the update on overflow
         if update.scheduler is not None and not update.plateau:
             self.precision.step_scheduler(update.scheduler, update.steps == 0)
@@ -252,24 +246,34 @@ class Window:
         """What follows a compiled update on the host: the non-finite verdict (one read of a
         flag, the eager step's one sync), then the step (its own graph when the check is on),
         the logs, the scheduler, the hooks that stay in Python."""
-        update, metrics, program = slot.update, self.metrics, slot.program
+        update, program = slot.update, slot.program
         if ok is not None and not bool(ok):
             program.discard()  # (it drops the gradients: no zero_grad needed)
-            bad_loss = pending is not None and not bool(torch.isfinite(pending[0]))
-            self.check.failed(update.name, pending[1] if bad_loss else {},
-                              "step" if bad_loss else "optimizer step", self.state, metrics)
+            self._refuse(update, pending)
             return
-        if pending is not None:
-            self.check.consecutive = 0
-            metrics.update(_prefixed(pending[1], update.prefix))
-        if norm is not None:
-            metrics.update({update.prefix + "grad_norm": norm})
+        self._log(update, norm, pending)
         program.commit()  # the optimizer step and target networks if not in the graph;
         if update.scheduler is not None and not update.plateau:  # gradients dropped
             self.precision.step_scheduler(update.scheduler, update.steps == 0)
         update.steps += 1
         program.after_step()
         self.stepped += 1
+
+    def _refuse(self, update: Update,
+                pending: tuple[torch.Tensor, Mapping[str, Any]] | None) -> None:
+        # A step with non-finite values: name the loss's terms if the loss is the culprit.
+        bad_loss = pending is not None and not bool(torch.isfinite(pending[0].detach()))
+        self.check.failed(update.name, pending[1] if bad_loss else {},
+                          "step" if bad_loss else "optimizer step", self.state, self.metrics)
+
+    def _log(self, update: Update, norm: Any,
+             pending: tuple[torch.Tensor, Mapping[str, Any]] | None) -> None:
+        # A step that applies: its deferred logs and its gradient norm.
+        if pending is not None:
+            self.check.consecutive = 0
+            self.metrics.update(_prefixed(pending[1], update.prefix))
+        if norm is not None:
+            self.metrics.update({update.prefix + "grad_norm": norm})
 
     def abandon(self) -> None:
         """Forget a window cut short by a KeyboardInterrupt inside it: its gradients and
