@@ -74,19 +74,23 @@ class CleanRLSAC:
         self.actions = torch.rand(rows, act_dim) * 2 - 1
         self.rewards, self.dones = torch.randn(rows), torch.zeros(rows)
 
+    def critic_loss(self, alpha, obs, actions, next_obs, rewards, dones) -> torch.Tensor:
+        """Both Q networks' TD loss against the target networks' soft value."""
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.get_action(next_obs)
+            min_qf_next = torch.min(self.qf1_target(next_obs, next_actions),
+                                    self.qf2_target(next_obs, next_actions)) - alpha * next_log_pi
+            next_q = rewards + (1 - dones) * self.gamma * min_qf_next.view(-1)
+        return (F.mse_loss(self.qf1(obs, actions).view(-1), next_q)
+                + F.mse_loss(self.qf2(obs, actions).view(-1), next_q))  # fmt: skip
+
     def update(self) -> None:
         """One update: critic, actor, temperature, then the targets."""
         idx = torch.randint(len(self.obs), (self.batch,))
         obs, actions, next_obs = self.obs[idx], self.actions[idx], self.next_obs[idx]
         rewards, dones = self.rewards[idx], self.dones[idx]
         alpha = self.log_alpha.exp().item()  # CleanRL reads alpha on the host
-        with torch.no_grad():
-            next_actions, next_log_pi = self.actor.get_action(next_obs)
-            min_qf_next = torch.min(self.qf1_target(next_obs, next_actions),
-                                    self.qf2_target(next_obs, next_actions)) - alpha * next_log_pi
-            next_q = rewards + (1 - dones) * self.gamma * min_qf_next.view(-1)
-        qf_loss = (F.mse_loss(self.qf1(obs, actions).view(-1), next_q)
-                   + F.mse_loss(self.qf2(obs, actions).view(-1), next_q))  # fmt: skip
+        qf_loss = self.critic_loss(alpha, obs, actions, next_obs, rewards, dones)
         self.q_optimizer.zero_grad()
         qf_loss.backward()
         self.q_optimizer.step()
@@ -124,14 +128,8 @@ class LeanRLSAC(CleanRLSAC):
         self._update_pi = torch.compile(self._pi)
 
     def _q(self, obs, actions, next_obs, rewards, dones):
-        alpha = self.log_alpha.detach().exp()
-        with torch.no_grad():
-            next_actions, next_log_pi = self.actor.get_action(next_obs)
-            min_qf_next = torch.min(self.qf1_target(next_obs, next_actions),
-                                    self.qf2_target(next_obs, next_actions)) - alpha * next_log_pi
-            next_q = rewards + (1 - dones) * self.gamma * min_qf_next.view(-1)
-        qf_loss = (F.mse_loss(self.qf1(obs, actions).view(-1), next_q)
-                   + F.mse_loss(self.qf2(obs, actions).view(-1), next_q))  # fmt: skip
+        qf_loss = self.critic_loss(self.log_alpha.detach().exp(), obs, actions, next_obs,
+                                   rewards, dones)
         self.q_optimizer.zero_grad()
         qf_loss.backward()
         self.q_optimizer.step()
