@@ -232,3 +232,12 @@ def test_compile_bench_sac_rows_run(compile_bench):
     for label in ("beyondfit `algo=sac`, eager", "beyondfit `algo=sac`, `engine.compile=true`",
                   "CleanRL SAC by hand, eager", "CleanRL SAC compiled the LeanRL way"):
         assert f"| {label} |" in text
+
+
+@pytest.mark.slow  # three command-line runs, one compiling with an empty inductor cache
+def test_compile_bench_whole_runs_time_eager_cold_and_warm(monkeypatch):
+    bench = _load("compile")
+    monkeypatch.setattr(bench, "E2E", {"tiny": ["+task=regression", "train.epochs=1"]})
+    text = bench.measure_e2e(["tiny"])
+    cells = text.splitlines()[-1].strip("|").split("|")
+    assert cells[0].strip() == "tiny" and all(float(c) > 0 for c in cells[1:])
