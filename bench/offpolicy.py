@@ -3,6 +3,7 @@
     python bench/offpolicy.py                                   # every missing run, then the table
     python bench/offpolicy.py --run sb3-td3 pendulum 0          # one run (a queue's unit)
     python bench/offpolicy.py --table                           # the table from the kept files
+    python bench/offpolicy.py --seeds 3 4 5 6 7 --tasks hopper  # other seeds, one env
 
 Protocol (the same for every method): train for the env's budget of env steps (Pendulum-v1
 20,000: RL-Zoo's ``n_timesteps``; Hopper-v5 and HalfCheetah-v5 50,000), then one greedy
@@ -18,7 +19,8 @@ else SB3's defaults. Each run writes one JSON file into ``--results`` (``bench/r
 ``offpolicy-METHOD-TASK-BUDGET-epsN-seedS.json``; a run whose file exists is not run again, so
 an interrupted bench resumes where it stopped. SB3 SAC on Pendulum also reads the files
 ``bench/sac_pendulum.py`` kept under its own names (``sac-sb3-20000-eps10-seedS.json``): the
-same protocol. Results are written, never asserted on: times depend on the machine.
+same protocol. Each result keeps the command a user types for the same run, the commit it started from and
+the versions of torch, Gymnasium, the simulator and SB3. Results are written, never asserted on: times depend on the machine.
 """
 
 from __future__ import annotations
@@ -167,7 +169,7 @@ def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int
                   overrides: tuple[str, ...] = ()) -> dict:  # fmt: skip
     """``python -m beyondfit +task=TASK algo=ALGO`` for ``budget`` env steps, built by the
     command line's own builders, then the protocol's evaluation (not the task's)."""
-    extra = [f"algo={algo}", f"seed={seed}", f"task.total_env_steps={budget}", *overrides]
+    extra = [f"algo={algo}", f"task.total_env_steps={budget}", f"seed={seed}", *overrides]
     task, engine = build(bench.task, extra)
     start, cpu_start = time.perf_counter(), time.process_time()
     engine.fit(task.train_data, epochs=1, verbose=False)
@@ -176,7 +178,8 @@ def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int
     task.val_data.close()
     return {"return": greedy(bench.env, seed, episodes, task.model.eval()), "seconds": seconds,
             "cpu_seconds": cpu_seconds, "updates": float(engine.global_step),
-            "overrides": extra}
+            "overrides": extra,
+            "command": " ".join(["python -m beyondfit", f"+task={bench.task}", *extra])}
 
 
 # ----------------------------------------------------------------------------------- the methods
@@ -227,7 +230,7 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
     print(f"{method} {bench.env} seed {seed}: running", file=sys.stderr, flush=True)
     out = METHODS[method][1](bench, seed, episodes, budget)
     out.update(method=method, env=bench.env, seed=seed, budget=budget, episodes=episodes,
-               torch=torch.__version__, commit=commit)
+               commit=commit, **versions())
     results.mkdir(parents=True, exist_ok=True)
     path = result_path(results, method, bench, budget, episodes, seed)
     tmp = path.with_suffix(".tmp")
@@ -237,6 +240,20 @@ def run_one(results: Path, method: str, bench: Bench, seed: int, episodes: int,
           f"{out['seconds']:.0f}s wall, {out['cpu_seconds']:.0f}s CPU", file=sys.stderr,
           flush=True)  # fmt: skip
     return out
+
+
+def versions() -> dict[str, str]:
+    """The versions a result depends on: torch, Gymnasium, the simulator (MuJoCo, Box2D) and
+    Stable-Baselines3, each where installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for name in ("torch", "gymnasium", "mujoco", "box2d", "stable_baselines3"):
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return found
 
 
 def _commit() -> str:
@@ -257,8 +274,9 @@ def _commit() -> str:
 
 
 # ---------------------------------------------------------------------------------------- table
-def table(results: Path, seeds: int, episodes: int, budgets: dict[str, int]) -> str:
-    """Markdown: one row per (env, method) with the kept seeds, mean/median return, CPU ratio."""
+def table(results: Path, seeds: list[int], episodes: int, budgets: dict[str, int]) -> str:
+    """Markdown: one row per (env, method) with the kept runs of ``seeds``, mean/median return,
+    CPU ratio."""
     lines = ["| env (env steps) | method | seeds | greedy return per seed | mean | median | "
              "median train CPU s | CPU vs SB3 | median train wall s |",
              "|---|---|---:|---|---:|---:|---:|---:|---:|"]
@@ -266,7 +284,7 @@ def table(results: Path, seeds: int, episodes: int, budgets: dict[str, int]) -> 
         budget = budgets[task]
 
         def kept(method: str, bench: Bench = bench, budget: int = budget) -> list[dict]:
-            runs = (load(results, method, bench, budget, episodes, s) for s in range(seeds))
+            runs = (load(results, method, bench, budget, episodes, s) for s in seeds)
             return [r for r in runs if r is not None]
 
         for method, (label, _) in METHODS.items():
@@ -293,7 +311,8 @@ def main(argv: list[str] | None = None) -> str:
                         help=f"one run; METHOD in {sorted(METHODS)}, TASK in {sorted(BENCHES)}")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--tasks", default=",".join(BENCHES))
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="the seeds to run and to table (default: 0 1 2)")
     parser.add_argument("--episodes", type=int, default=10)
     parser.add_argument("--budget", type=int, default=None,
                         help="env steps for every task (default: each task's own budget)")
@@ -305,7 +324,7 @@ def main(argv: list[str] | None = None) -> str:
         method, task, seed = args.run
         run_one(args.results, method, BENCHES[task], int(seed), args.episodes, budgets[task])
     elif not args.table:
-        for seed in range(args.seeds):
+        for seed in args.seeds:
             for task in args.tasks.split(","):
                 for method in args.methods.split(","):
                     run_one(args.results, method, BENCHES[task], seed, args.episodes,

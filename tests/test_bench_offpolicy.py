@@ -5,6 +5,7 @@ Nothing here looks at a time or a return: the scripts write those, tests check t
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -28,7 +29,7 @@ def load(name: str):
 def test_offpolicy_bench_compares_beyondfit_with_sb3_and_keeps_runs(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3")
     bench = load("offpolicy")
-    args = ["--seeds", "1", "--budget", "300", "--episodes", "2", "--tasks", "pendulum",
+    args = ["--seeds", "0", "--budget", "300", "--episodes", "2", "--tasks", "pendulum",
             "--results", str(tmp_path)]
     text = bench.main([*args, "--methods", "beyondfit-sac,sb3-sac,beyondfit-td3,sb3-td3"])
     assert "| Pendulum-v1 (300) | SB3 SAC (RL-Zoo) | 1 |" in text
@@ -38,6 +39,11 @@ def test_offpolicy_bench_compares_beyondfit_with_sb3_and_keeps_runs(tmp_path: Pa
     assert kept == [f"offpolicy-{m}-pendulum-300-eps2-seed0.json"
                     for m in ("beyondfit-sac", "beyondfit-td3", "sb3-sac", "sb3-td3")]
     assert bench.main([*args, "--table"]) == text  # kept runs are read back, not run again
+    kept = json.loads((tmp_path / "offpolicy-beyondfit-sac-pendulum-300-eps2-seed0.json")
+                      .read_text())
+    assert kept["command"] == ("python -m beyondfit +task=pendulum algo=sac "
+                               "task.total_env_steps=300 seed=0")
+    assert {"torch", "gymnasium", "stable_baselines3", "commit"} <= kept.keys()
 
 
 def test_offpolicy_queue_runs_its_jobs_one_after_another(tmp_path: Path) -> None:
@@ -74,3 +80,8 @@ def test_dqn_cartpole_bench_runs_a_seed_and_tables_it(tmp_path: Path, method: st
     assert not summary["solved"]
     assert "| 0 | no |" in text and "0 of 1 solved" in text
     assert bench.main([*args, "--table"]) == text  # kept runs are read back, not run again
+    kept = json.loads((tmp_path / "offpolicy-beyondfit-sac-pendulum-300-eps2-seed0.json")
+                      .read_text())
+    assert kept["command"] == ("python -m beyondfit +task=pendulum algo=sac "
+                               "task.total_env_steps=300 seed=0")
+    assert {"torch", "gymnasium", "stable_baselines3", "commit"} <= kept.keys()

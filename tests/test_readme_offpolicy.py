@@ -34,8 +34,7 @@ def block(kind: str) -> str:
     "python -m beyondfit +task=pendulum algo=sac",
     "python -m beyondfit +task=pendulum algo=td3",
     "python -m beyondfit +task=hopper algo=sac task.total_env_steps=50000",
-    "python -m beyondfit +task=halfcheetah algo=sac task.replay.updates_per_step=2 "
-    "task.total_env_steps=50000",
+    "python -m beyondfit +task=halfcheetah algo=sac task.total_env_steps=50000",
     "python -m beyondfit +task=pendulum algo=sac task.env=MountainCarContinuous-v0 "
     "task.total_env_steps=50000",
     "python -m beyondfit +task=pendulum algo=sac task.loss._target_=mymod.my_loss",
