@@ -19,8 +19,9 @@ else SB3's defaults. Each run writes one JSON file into ``--results`` (``bench/r
 ``offpolicy-METHOD-TASK-BUDGET-epsN-seedS.json``; a run whose file exists is not run again, so
 an interrupted bench resumes where it stopped. SB3 SAC on Pendulum also reads the files
 ``bench/sac_pendulum.py`` kept under its own names (``sac-sb3-20000-eps10-seedS.json``): the
-same protocol. Each result keeps the command a user types for the same run, the commit it started from and
-the versions of torch, Gymnasium, the simulator and SB3. Results are written, never asserted on: times depend on the machine.
+same protocol. Each result keeps the command a user types for the same run, the commit it
+started from and the versions of torch, Gymnasium, the simulator and SB3. Results are written,
+never asserted on: times depend on the machine.
 """
 
 from __future__ import annotations
