@@ -25,8 +25,8 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.seeding import rank_seed
 from beyondfit.rl import envs as env_api
+from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.normalization import batch_moments
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.returns import discounted_returns, gae_advantages
@@ -63,7 +63,7 @@ class RolloutBatch(NamedTuple):
     returns: torch.Tensor
 
 
-class RolloutCollector:
+class RolloutCollector(EnvCollector):
     """Iterable of training batches collected by running ``policy`` in ``envs``.
 
     Args:
@@ -105,9 +105,6 @@ class RolloutCollector:
     adds them to its log rows.
     """
 
-    #: Metrics that are counts: summed over data-parallel ranks, not averaged.
-    metric_totals = ("env_steps",)
-
     def __init__(
         self,
         envs: VectorEnv,
@@ -135,10 +132,10 @@ class RolloutCollector:
                 f"minibatches={minibatches} exceeds the rollout size {num_steps} steps x "
                 f"{envs.num_envs} envs; use fewer minibatches or longer rollouts"
             )
-        self.envs, self.policy = envs, policy
-        self.num_steps, self.total_env_steps = num_steps, total_env_steps
+        self._init_collector(envs, seed, total_env_steps)
+        self.policy, self.num_steps = policy, num_steps
         self.gamma, self.gae_lambda = gamma, gae_lambda
-        self.epochs, self.minibatches, self.seed = epochs, minibatches, seed
+        self.epochs, self.minibatches = epochs, minibatches
         self.old_log_prob = old_log_prob
         self.critic = bool(getattr(policy, "has_critic", True))
         self.stop_epochs = stop_epochs
@@ -149,16 +146,11 @@ class RolloutCollector:
         self._epochs_run = [0, 0]  # epochs and rollouts since metrics(), with stop_epochs
         self._rollout_start = 0  # env steps before the current rollout
         self._to_env = env_api.action_converter(envs.single_action_space)
-        self.env_steps = 0
         self.rollouts = 0
-        self._unsharded: tuple[int, int] | None = None
-        self._generator: torch.Generator | None = None
-        self._generator_state: torch.Tensor | None = None
         self._next_obs: np.ndarray | None = None  # None: the envs need a (seeded) reset
         self._prev_done = np.zeros(envs.num_envs, dtype=bool)
         self._ep_return = np.zeros(envs.num_envs, dtype=np.float64)
         self._ep_length = np.zeros(envs.num_envs, dtype=np.int64)
-        self._finished = [0, 0.0, 0]  # episodes, sum of returns, sum of lengths since metrics()
 
     @property
     def env_steps_per_rollout(self) -> int:
@@ -182,29 +174,11 @@ class RolloutCollector:
         rollouts = -(-self.total_env_steps // self.env_steps_per_rollout)
         return rollouts * self.batches_per_rollout
 
-    def shard(self, rank: int, world_size: int) -> RolloutCollector:
-        """Make this the collector of one of ``world_size`` data-parallel processes.
-
-        Each rank steps its own environments with its own seed, and takes an equal share of the
-        env-step budget, so the run as a whole still takes ``total_env_steps`` and every rank
-        yields the same number of batches (as data parallelism requires). ``env_steps`` and
-        :meth:`metrics` then describe this rank's share.
-        """
-        if self._unsharded is None:  # idempotent: sharding twice must not split twice
-            self._unsharded = (self.seed, self.total_env_steps)
-        seed, total = self._unsharded
-        self.seed = rank_seed(seed, rank)
-        self.total_env_steps = -(-total // world_size)
-        return self
-
     # ----------------------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[RolloutBatch]:
         """Yield batches until ``total_env_steps``; a later call continues from there."""
         device = next(self.policy.parameters()).device
-        if self._generator is None or self._generator.device != device:
-            self._generator = torch.Generator(device=device).manual_seed(self.seed)
-            if self._generator_state is not None:
-                self._generator.set_state(self._generator_state)
+        self._generator_on(device)
         if self._next_obs is None:
             # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
             # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
@@ -343,26 +317,15 @@ class RolloutCollector:
         envs = np.arange(done.shape[1])
         return_at_last = np.where(ended, run_return[last, envs], 0.0)
         length_at_last = np.where(ended, run_length[last, envs], 0)
-        self._finished[0] += int(done.sum())
-        self._finished[1] += float(return_at_last.sum())
-        self._finished[2] += int(length_at_last.sum())
+        self.episodes.add(done.sum(), return_at_last.sum(), length_at_last.sum())
         self._ep_return = run_return[-1] - return_at_last
         self._ep_length = run_length[-1] - length_at_last
 
     # ----------------------------------------------------------------------------- observability
     def metrics(self) -> dict[str, float]:
-        """Statistics since the previous call, then restart them; cheap (no device sync).
-
-        Always ``env_steps`` (total so far); ``episode_return`` and ``episode_length`` (means
-        over the episodes that finished since the last call) only when at least one did: an
-        empty interval has no mean, and reporting NaN for it would poison plots and stop rules.
-        """
-        episodes, return_sum, length_sum = self._finished
-        out = {"env_steps": float(self.env_steps)}
-        if episodes:
-            out["episode_return"] = return_sum / episodes
-            out["episode_length"] = length_sum / episodes
-        self._finished[:] = [0, 0.0, 0]
+        """:meth:`EnvCollector.metrics`, and with an early stop (``stop_epochs``) the mean
+        ``update_epochs`` run per rollout since the last call."""
+        out = super().metrics()
         if self._epochs_run[1]:  # with an early stop: epochs actually run per rollout
             out["update_epochs"] = self._epochs_run[0] / self._epochs_run[1]
             self._epochs_run[:] = [0, 0]
@@ -390,11 +353,6 @@ class RolloutCollector:
         self.rollouts = int(state["rollouts"])
         self._rollout_start = self.env_steps
         self._pending_moments = state.get("pending_obs_moments")
-        self._generator_state = state.get("generator")
-        self._generator = None
+        self._restore_generator(state.get("generator"))
         self._next_obs = None
-
-    def close(self) -> None:
-        """Close the environments."""
-        self.envs.close()
 

@@ -201,3 +201,17 @@ def observation_converter(device: torch.device) -> Callable[[np.ndarray], torch.
     if device.type == "cpu":
         return lambda obs: torch.from_numpy(obs.astype(np.float32))
     return lambda obs: torch.from_numpy(obs.astype(np.float32)).to(device, non_blocking=True)
+
+
+def greedy_policy(model: Any, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:
+    """Return ``act(obs) -> env actions``: ``model``'s most likely actions
+    (``model.act(obs, greedy=True)``) for a batch of observations, on the model's device and
+    under inference mode. What greedy evaluation and ``play`` step with."""
+    to_obs = observation_converter(next(model.parameters()).device)
+    to_env = action_converter(action_space)
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            return to_env(model.act(to_obs(np.asarray(obs)), greedy=True))
+
+    return act

@@ -6,10 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.envs import WrapperFn, action_converter, env_error, make_vector_env
+from beyondfit.rl.envs import WrapperFn, env_error, greedy_policy, make_vector_env
 from beyondfit.rl.policies import ActorCritic
 
 
@@ -43,7 +42,6 @@ class GreedyEvaluator:
         self.envs = make_vector_env(env_id, episodes, wrappers)
         self.env_id, self.max_steps = env_id, max_steps
         self.episodes, self.seed, self.progress = episodes, seed, progress
-        self._to_env = action_converter(self.envs.single_action_space)
         self._seeded = False
         self.seconds = 0.0  # time spent evaluating, so benchmarks can leave it out
         self.history: list[dict[str, float]] = []
@@ -51,7 +49,7 @@ class GreedyEvaluator:
     def __call__(self, model: ActorCritic) -> dict[str, float]:
         """Run one greedy episode per env copy; return mean return and length."""
         start = time.perf_counter()
-        device = next(model.parameters()).device
+        act = greedy_policy(model, self.envs.single_action_space)
         try:
             obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
         except Exception as exc:
@@ -60,25 +58,22 @@ class GreedyEvaluator:
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
         running = np.ones(self.episodes, dtype=bool)
-        with torch.inference_mode():
-            while running.any():
-                obs_t = torch.as_tensor(obs, dtype=torch.float32, device=device)
-                action = model.act(obs_t, greedy=True)
-                try:
-                    obs, reward, term, trunc, _ = self.envs.step(self._to_env(action))
-                except Exception as exc:
-                    where = f"step {int(lengths.max())} of a greedy evaluation"
-                    raise env_error(self.env_id, where, exc) from None
-                # Finished copies autoreset and keep stepping; their steps no longer count.
-                returns += reward * running
-                lengths += running
-                running &= ~(term | trunc)
-                if running.any() and lengths.max() >= self.max_steps:
-                    raise BeyondfitError(
-                        f"a greedy evaluation episode of {self.env_id!r} ran {self.max_steps} "
-                        "steps without ending: give the env a time limit (max_episode_steps= "
-                        "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
-                    )
+        while running.any():
+            try:
+                obs, reward, term, trunc, _ = self.envs.step(act(obs))
+            except Exception as exc:
+                where = f"step {int(lengths.max())} of a greedy evaluation"
+                raise env_error(self.env_id, where, exc) from None
+            # Finished copies autoreset and keep stepping; their steps no longer count.
+            returns += reward * running
+            lengths += running
+            running &= ~(term | trunc)
+            if running.any() and lengths.max() >= self.max_steps:
+                raise BeyondfitError(
+                    f"a greedy evaluation episode of {self.env_id!r} ran {self.max_steps} "
+                    "steps without ending: give the env a time limit (max_episode_steps= "
+                    "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
+                )
         self.seconds += time.perf_counter() - start
         if not np.isfinite(returns.astype(np.float32)).all():
             raise BeyondfitError(

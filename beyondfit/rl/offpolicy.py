@@ -40,6 +40,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.state_checks import field_problem, is_real
 from beyondfit.rl.actions import DiscreteActions, action_columns
+from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.envs import observation_converter
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.update_ratio import check_ratio, owed, too_short
@@ -59,7 +60,7 @@ class ExploringAgent(Protocol):
     def parameters(self) -> Iterator[torch.nn.Parameter]: ...
 
 
-class ReplayCollector:
+class ReplayCollector(EnvCollector):
     """Iterable of :class:`~beyondfit.rl.replay.ReplayBatch` minibatches, collected as it goes.
 
     Args:
@@ -81,8 +82,7 @@ class ReplayCollector:
             save: a resume then starts from an empty buffer and says so in one line).
     """
 
-    #: Metrics that are counts: summed over data-parallel ranks, not averaged.
-    metric_totals = ("env_steps",)
+    split = ("total_env_steps", "learning_starts")
 
     def __init__(
         self,
@@ -106,35 +106,31 @@ class ReplayCollector:
                      example="task.replay.learning_starts=1000")
         self.train_freq, self.gradient_steps = check_ratio(updates_per_step, train_freq,
                                                             gradient_steps)
-        self.envs, self.agent = envs, agent
+        self._init_collector(envs, seed, total_env_steps)
+        self.agent = agent
         self.actions = action_columns(envs.single_action_space, envs.num_envs)
         self.discrete = isinstance(self.actions, DiscreteActions)
         self.obs_dim = int(np.prod(envs.single_observation_space.shape))
         self.act_dim = self.actions.columns
-        self.total_env_steps, self.batch_size = total_env_steps, batch_size
+        self.batch_size = batch_size
         self.learning_starts = learning_starts
         self.updates_per_step = None if updates_per_step is None else float(updates_per_step)
-        self.seed, self.save_buffer = seed, bool(save_buffer)
+        self.save_buffer = bool(save_buffer)
         if self._owed(total_env_steps) < 1:
             raise BeyondfitError(too_short(total_env_steps, learning_starts, train_freq))
         self.buffer = self._new_buffer(min(buffer_size, total_env_steps))
-        self.env_steps = 0  # transitions stored (autoreset steps are none)
-        self.yielded = 0  # minibatches yielded
-        self._generator: torch.Generator | None = None
-        self._generator_state: torch.Tensor | None = None
+        self.yielded = 0  # minibatches yielded (env_steps: transitions stored; resets are none)
         self._obs: np.ndarray | None = None  # the envs' current observations (None: restart)
         self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
         n = envs.num_envs
         self._prev_done = np.zeros(n, dtype=bool)
         self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
-        self._finished = [0, 0.0, 0]  # episodes, sum of returns, sum of lengths
         # Per copy: the RNG state its episode started from (None: the seeded first reset) and
         # the actions sent since; what a resume replays.
         self._replayable = hasattr(envs, "envs")
         self._ep_rng: list[dict[str, Any] | None] = [None] * n
         self._next_rng: list[dict[str, Any] | None] = [None] * n
         self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
-        self._unsharded: tuple[int, int, int] | None = None
 
     # ------------------------------------------------------------------------------ counts
     def _owed(self, env_steps: int) -> int:
@@ -162,14 +158,9 @@ class ReplayCollector:
         return min(1.0, self.env_steps / self.total_env_steps)
 
     def shard(self, rank: int, world_size: int) -> ReplayCollector:
-        """One of ``world_size`` data-parallel ranks: own envs, own seed, own buffer, an equal
-        share of the env-step budget (so every rank yields the same number of batches)."""
-        if self._unsharded is None:  # idempotent: sharding twice must not split twice
-            self._unsharded = (self.seed, self.total_env_steps, self.learning_starts)
-        seed, total, starts = self._unsharded
-        self.seed = seed + 1_000_003 * rank  # far apart: copy i of a rank is seeded seed + i
-        self.total_env_steps = -(-total // world_size)
-        self.learning_starts = -(-starts // world_size)
+        """:meth:`EnvCollector.shard` (own seed, a share of the budget and of
+        ``learning_starts``), and a buffer of its own."""
+        super().shard(rank, world_size)
         self.buffer = self._new_buffer(min(self.buffer.capacity, self.total_env_steps))
         return self
 
@@ -178,10 +169,7 @@ class ReplayCollector:
         """Step the envs and yield minibatches until the budget; a later pass yields nothing."""
         device = next(self.agent.parameters()).device
         self.buffer.to(device)
-        if self._generator is None or self._generator.device != device:
-            self._generator = torch.Generator(device=device).manual_seed(self.seed)
-            if self._generator_state is not None:
-                self._generator.set_state(self._generator_state)
+        self._generator_on(device)
         if self._obs is None:
             self._start()
         to_obs = observation_converter(device)
@@ -230,9 +218,7 @@ class ReplayCollector:
                 self._ep_actions[i].append(sent[i])
         if (done & valid).any():
             for i in np.flatnonzero(done & valid):
-                self._finished[0] += 1
-                self._finished[1] += float(self._ep_return[i])
-                self._finished[2] += int(self._ep_length[i])
+                self.episodes.add(1, self._ep_return[i], self._ep_length[i])
                 self._ep_return[i], self._ep_length[i] = 0.0, 0
                 if self._replayable:  # the state the coming autoreset will draw from
                     self._next_rng[i] = copy.deepcopy(_rng(self.envs, i).bit_generator.state)
@@ -280,18 +266,6 @@ class ReplayCollector:
             saved = np.where(self._prev_done.reshape(n, *([1] * (obs.ndim - 1))), saved, obs)
         self._obs = saved.astype(obs.dtype, copy=False)
 
-    # ------------------------------------------------------------------------------ reporting
-    def metrics(self) -> dict[str, float]:
-        """``env_steps``, and the mean ``episode_return``/``episode_length`` of the episodes
-        finished since the last call (only when one did); no device sync."""
-        episodes, total, length = self._finished
-        out = {"env_steps": float(self.env_steps)}
-        if episodes:
-            out["episode_return"] = total / episodes
-            out["episode_length"] = length / episodes
-        self._finished[:] = [0, 0.0, 0]
-        return out
-
     # ------------------------------------------------------------------------------ checkpoint
     def _exploration(self, env_steps: int) -> dict[str, float]:
         """The agent's exploration rule after ``env_steps`` (``{}``: nothing that changes)."""
@@ -307,7 +281,7 @@ class ReplayCollector:
             "buffer": self.buffer.state_dict(contents=self.save_buffer),
             "prev_done": self._prev_done.tolist(),
             "ep_return": self._ep_return.tolist(), "ep_length": self._ep_length.tolist(),
-            "finished": list(self._finished),
+            "finished": self.episodes.state_dict(),
         }
         if self._generator is not None:
             state["generator"] = self._generator.get_state()
@@ -352,9 +326,8 @@ class ReplayCollector:
         self._prev_done = np.asarray(state["prev_done"], dtype=bool)
         self._ep_return = np.asarray(state["ep_return"], dtype=np.float64)
         self._ep_length = np.asarray(state["ep_length"], dtype=np.int64)
-        self._finished = list(state.get("finished", [0, 0.0, 0]))
-        self._generator_state = state.get("generator")
-        self._generator = None
+        self.episodes.load_state_dict(state.get("finished", [0, 0.0, 0]))
+        self._restore_generator(state.get("generator"))
         self._obs = None
         self._restore = {"obs": state["obs"].numpy(), "episode_rng": state.get("episode_rng")} \
             if "obs" in state else None
@@ -363,10 +336,6 @@ class ReplayCollector:
             self._next_rng = list(state["next_rng"])
             self._ep_actions = [[] if a is None else list(a.numpy())
                                 for a in state["episode_actions"]]
-
-    def close(self) -> None:
-        """Close the environments."""
-        self.envs.close()
 
 
 def _rng(envs: Any, i: int) -> np.random.Generator:

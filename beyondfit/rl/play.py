@@ -31,7 +31,7 @@ from beyondfit.core.serialization import (
     nonfinite_entries,
     safe_load,
 )
-from beyondfit.rl.envs import action_converter, env_spec, missing_dependency
+from beyondfit.rl.envs import env_spec, greedy_policy, missing_dependency
 from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.policy_file import check_policy, wrapper_factory
@@ -154,17 +154,14 @@ def play(
     if video is not None:
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))
-    to_env = action_converter(env.action_space)
+    act = greedy_policy(policy, env.action_space)
     returns = []
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
             total, done = 0.0, False
             while not done:
-                with torch.inference_mode():
-                    obs_t = torch.as_tensor(np.asarray(obs), dtype=torch.float32).unsqueeze(0)
-                    action = to_env(policy.act(obs_t, greedy=True))[0]
-                obs, reward, terminated, truncated, _ = env.step(action)
+                obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs)[None])[0])
                 total += float(reward)
                 done = terminated or truncated
             returns.append(total)
