@@ -89,6 +89,17 @@ def test_update_to_data_ratio_and_a_bad_setting() -> None:
         OffPolicyAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2))
 
 
+def test_shard_splits_budget_and_learning_starts_seeds_by_rank_once() -> None:
+    from beyondfit.core.seeding import rank_seed
+
+    data = collector(total_env_steps=100, learning_starts=10, seed=7)
+    data.shard(1, 4)
+    data.shard(1, 4)  # the runner and the engine may both ask: no double split
+    assert data.total_env_steps == 25 and data.learning_starts == 3
+    assert data.seed == rank_seed(7, 1) and data.buffer.capacity == 25
+    assert data.metrics() == {"env_steps": 0.0}
+
+
 def test_rl_zoo_bursts_train_freq_and_gradient_steps() -> None:
     # SB3 trains gradient_steps minibatches once every train_freq env steps are in, from the
     # first multiple of train_freq past learning_starts: here 16, 24, 32, 40.
