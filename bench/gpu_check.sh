@@ -36,7 +36,7 @@ EOF
 
 echo "== tests that need CUDA (and the precision tests)"
 start=$(date +%s.%N)
-if timeout 150 python -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/test_precision.py \
+if timeout 150 python -m pytest -q -p no:cacheprovider tests/core/test_cuda.py tests/core/test_precision.py \
         > "$OUT/pytest.log" 2>&1; then
     verdict=ok
 else

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from beyondfit import Callback, Engine, TensorBatches
+from beyondfit.checkpoint import step_checkpoints
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -216,7 +218,7 @@ def readme_commands(text: str | None = None) -> list[str]:
     a trailing ``  # comment`` cut, backslash continuations joined with one space.
 
     Tests that run one declare it with ``@pytest.mark.runs("the line")`` (or a shipped preset,
-    ``"conf/GROUP/NAME.yaml"``); ``tests/test_commands_covered.py`` checks that every one is.
+    ``"conf/GROUP/NAME.yaml"``); ``tests/docs/test_commands_covered.py`` checks that every one is.
     """
     text = (ROOT / "README.md").read_text() if text is None else text
     found: list[str] = []
@@ -227,3 +229,80 @@ def readme_commands(text: str | None = None) -> list[str]:
             if line and not line.startswith("#"):
                 found.append(" ".join(line.split()))
     return found
+
+# ------------------------------------------------------------ interrupting a command-line run
+# Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
+WRAPPER = """
+import os, sys, time
+import beyondfit.core.engine as engine_module
+from beyondfit.cli.app import main
+delay = float(os.environ["STEP_DELAY"])
+step = engine_module.Engine.train_step
+def slowed(self, batch):
+    time.sleep(delay)
+    return step(self, batch)
+engine_module.Engine.train_step = slowed
+main()
+"""
+QUIET = ["device=cpu", "progress.bar=false", "plots=false", "engine.log_every=1"]
+SEED = int(os.environ.get("BEYONDFIT_TEST_SEED", time.time_ns() % 2**31))
+
+
+
+
+def launch(args: list[str], cwd: Path, delay: float = 0.02) -> tuple[subprocess.Popen, Path]:
+    """Start the CLI; returns the process and the file its stdout (the log lines) goes to."""
+    env = {**os.environ, "STEP_DELAY": str(delay), "PYTHONUNBUFFERED": "1"}
+    log = cwd / f"launch-{time.time_ns()}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=cwd, env=env,
+                                stdout=out, stderr=subprocess.PIPE, text=True)
+    return proc, log
+
+
+def last_step(run_dir: Path) -> int:
+    """The step of the newest complete row of metrics.jsonl (0 when there is none)."""
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
+    except FileNotFoundError:
+        return 0
+    for line in reversed(lines):
+        if line.endswith("\n"):
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError):
+                return 0
+    return 0
+
+
+def stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, signum: int,
+            rng: random.Random, resumed: bool) -> None:
+    """Send ``signum`` once the run logged ``step`` (plus a random fraction of a step).
+
+    A resumed run is first seen to have resumed: until then metrics.jsonl still holds rows
+    the killed run wrote after its last checkpoint, which the resumed run cuts away.
+    """
+    deadline = time.monotonic() + 600
+
+    def ready() -> bool:
+        if resumed and "resumed from" not in log.read_text():
+            return False
+        return last_step(run_dir) >= step and bool(step_checkpoints(run_dir / "checkpoints"))
+
+    while not ready():
+        assert proc.poll() is None, f"the run ended before step {step}: {proc.stderr.read()}"
+        assert time.monotonic() < deadline, "the run made no progress"
+        time.sleep(0.003)
+    time.sleep(rng.uniform(0, 0.03))  # anywhere in the step: compute, rows, checkpoint write
+    assert proc.poll() is None, f"the run ended before the signal at step {step}"
+    proc.send_signal(signum)
+
+
+def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """``torchrun --standalone --nproc_per_node=N -m beyondfit ARGS`` (a free port each time)."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc_per_node={nproc}", "-m", "beyondfit", *args],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip

@@ -4,7 +4,7 @@ Hydra composes the config; :func:`beyondfit.cli.run.run` does the rest. Mistakes
 make come out as one line on stderr and exit status 2, never a traceback.
 
 Up to the job itself all is torch-free: ``--help``, a misspelt task or a bad override answer
-at once; torch loads only for a run (``tests/test_startup.py`` holds this).
+at once; torch loads only for a run (``tests/cli/test_startup.py`` holds this).
 """
 
 from __future__ import annotations

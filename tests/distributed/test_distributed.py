@@ -35,7 +35,7 @@ from beyondfit.distributed import (
     shutdown,
 )
 
-from kit import Recorder, mse, rows
+from kit import Recorder, mse, rows, torchrun
 
 WORLD = 2
 
@@ -488,16 +488,6 @@ def test_two_processes_share_gradients_metrics_skips_stops_and_env_steps(tmp_pat
 
 
 # ---------------------------------------------------------------------- torchrun, the CLI
-def torchrun(*args: str, cwd: Path, nproc: int = WORLD) -> subprocess.CompletedProcess[str]:
-    """``torchrun --standalone --nproc_per_node=N -m beyondfit ARGS`` (a free port each time)."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone",
-         f"--nproc_per_node={nproc}", "-m", "beyondfit", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-
 @pytest.mark.e2e
 def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path: Path) -> None:
     # No early stopping: the final checkpoint holds the last evaluated weights, not restored

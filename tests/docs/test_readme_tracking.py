@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-README = Path(__file__).resolve().parent.parent / "README.md"
-#: The lines each test runs, as the coverage test (tests/test_commands_covered.py) knows them.
+README = Path(__file__).resolve().parents[2] / "README.md"
+#: The lines each test runs, as the coverage test (tests/docs/test_commands_covered.py) knows them.
 TRACKING = (
     "python -m beyondfit +task=regression 'logger=[csv,mlflow]'",
     "WANDB_MODE=offline python -m beyondfit +task=regression 'logger=[csv,wandb]'",

@@ -17,7 +17,7 @@ from beyondfit.cli.scaffold import scaffold
 
 from kit import rows, wait_for_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

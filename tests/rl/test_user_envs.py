@@ -15,7 +15,7 @@ from beyondfit.rl.envs import make_vector_env
 
 from kit import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 USER_ENVS = '''
 """A corridor: start at 0, actions left/right, +1 per step spent at the right end."""

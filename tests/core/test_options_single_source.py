@@ -17,7 +17,7 @@ from beyondfit import BeyondfitError, Checkpointer, Engine
 from beyondfit.cli import schema
 from beyondfit.core.options import OPTIONS, Rule
 
-PACKAGE = Path(__file__).resolve().parent.parent / "beyondfit"
+PACKAGE = Path(__file__).resolve().parents[2] / "beyondfit"
 BUILDERS = [PACKAGE / "cli" / "builders.py", PACKAGE / "cli" / "run.py"]
 
 

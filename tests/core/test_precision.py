@@ -1,6 +1,6 @@
 """Mixed precision on the CPU: bf16 autocast, fp16 with ``torch.amp.GradScaler("cpu")``.
 
-The GPU side of the same paths runs in ``tests/test_cuda.py`` (via ``bench/gpu_check.sh``).
+The GPU side of the same paths runs in ``tests/core/test_cuda.py`` (via ``bench/gpu_check.sh``).
 """
 
 from __future__ import annotations

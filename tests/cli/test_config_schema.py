@@ -102,7 +102,7 @@ def test_stop_rule_messages_suggest_the_form_that_works_in_a_shell() -> None:
 def test_the_readme_form_works_in_a_shell_as_typed(tmp_path: Path) -> None:
     """The README's stop rule, typed into bash exactly as written there: Hydra parses it, the
     run keeps it, and the same form with a reachable bound stops the run."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     typed = re.search(r"`('train\.stop=\"[^`]+\"')`", readme)
     assert typed, "the README no longer shows the quoted stop rule"
     form = typed.group(1)

@@ -1,7 +1,7 @@
 """The README's commands not run elsewhere, each as typed plus a tiny budget (the extra
 overrides after it), in the order a reader meets them; ``DATE``, ``RUN_A`` and ``RUN_B`` are
 the directories the earlier commands made. Every shipped task, algo and experiment preset runs
-here or in another test (``tests/test_commands_covered.py`` checks)."""
+here or in another test (``tests/docs/test_commands_covered.py`` checks)."""
 
 from __future__ import annotations
 

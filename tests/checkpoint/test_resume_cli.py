@@ -9,14 +9,9 @@ failure (set BEYONDFIT_TEST_SEED to replay one).
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import shlex
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,79 +20,14 @@ import torch
 from beyondfit.checkpoint import step_checkpoints
 from beyondfit.core.serialization import safe_load
 
-from kit import cli, rows
+from kit import QUIET, SEED, cli, launch, rows, stop_at
 
-# Runs the real CLI with each optimizer step slowed down by STEP_DELAY seconds.
-WRAPPER = """
-import os, sys, time
-import beyondfit.core.engine as engine_module
-from beyondfit.cli.app import main
-delay = float(os.environ["STEP_DELAY"])
-step = engine_module.Engine.train_step
-def slowed(self, batch):
-    time.sleep(delay)
-    return step(self, batch)
-engine_module.Engine.train_step = slowed
-main()
-"""
-QUIET = ["device=cpu", "progress.bar=false", "plots=false", "engine.log_every=1"]
 TASKS = {
     # task: (overrides, optimizer steps in the whole run)
     "regression": (["+task=regression", "train.epochs=4", "checkpoint.every=3"], 48),
     "autoencoder": (["+task=autoencoder", "train.epochs=2", "checkpoint.every=4",
                      "task.hidden=[32]"], 46),
 }
-SEED = int(os.environ.get("BEYONDFIT_TEST_SEED", time.time_ns() % 2**31))
-
-
-def launch(args: list[str], cwd: Path, delay: float = 0.02) -> tuple[subprocess.Popen, Path]:
-    """Start the CLI; returns the process and the file its stdout (the log lines) goes to."""
-    env = {**os.environ, "STEP_DELAY": str(delay), "PYTHONUNBUFFERED": "1"}
-    log = cwd / f"launch-{time.time_ns()}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=cwd, env=env,
-                                stdout=out, stderr=subprocess.PIPE, text=True)
-    return proc, log
-
-
-def last_step(run_dir: Path) -> int:
-    """The step of the newest complete row of metrics.jsonl (0 when there is none)."""
-    try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines(keepends=True)
-    except FileNotFoundError:
-        return 0
-    for line in reversed(lines):
-        if line.endswith("\n"):
-            try:
-                return int(json.loads(line)["step"])
-            except (ValueError, KeyError):
-                return 0
-    return 0
-
-
-def stop_at(proc: subprocess.Popen, log: Path, run_dir: Path, step: int, signum: int,
-            rng: random.Random, resumed: bool) -> None:
-    """Send ``signum`` once the run logged ``step`` (plus a random fraction of a step).
-
-    A resumed run is first seen to have resumed: until then metrics.jsonl still holds rows
-    the killed run wrote after its last checkpoint, which the resumed run cuts away.
-    """
-    deadline = time.monotonic() + 600
-
-    def ready() -> bool:
-        if resumed and "resumed from" not in log.read_text():
-            return False
-        return last_step(run_dir) >= step and bool(step_checkpoints(run_dir / "checkpoints"))
-
-    while not ready():
-        assert proc.poll() is None, f"the run ended before step {step}: {proc.stderr.read()}"
-        assert time.monotonic() < deadline, "the run made no progress"
-        time.sleep(0.003)
-    time.sleep(rng.uniform(0, 0.03))  # anywhere in the step: compute, rows, checkpoint write
-    assert proc.poll() is None, f"the run ended before the signal at step {step}"
-    proc.send_signal(signum)
-
-
 def reference_run(task: str, tmp_path: Path) -> Path:
     """The uninterrupted run, in this process (same code path as the CLI's)."""
     from hydra import compose, initialize_config_dir
@@ -175,7 +105,7 @@ def test_kill9_then_ctrl_c_then_resume_equals_uninterrupted(tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["regression", "autoencoder"])
 def test_many_random_kills_then_resume_equals_uninterrupted(tmp_path: Path, task: str) -> None:
-    if not (Path(__file__).resolve().parents[1] / "conf" / "task" / f"{task}.yaml").exists():
+    if not (Path(__file__).resolve().parents[2] / "conf" / "task" / f"{task}.yaml").exists():
         pytest.fail(f"conf/task/{task}.yaml is missing")
     ref_dir = reference_run(task, tmp_path)
     kills = [signal.SIGKILL, signal.SIGKILL, signal.SIGTERM, signal.SIGKILL]

@@ -269,7 +269,7 @@ def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
-    import test_resume_cli as resume_kit
+    import kit as resume_kit
 
     overrides = ["+task=pendulum", "algo=sac", "task.total_env_steps=230",
                  "task.replay.learning_starts=30", "task.eval_every_env_steps=100000",
@@ -313,7 +313,7 @@ def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) 
 
 @pytest.mark.e2e
 def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> None:
-    from test_distributed import rows, torchrun
+    from kit import rows, torchrun
 
     result = torchrun("+task=pendulum", "algo=sac", *TINY, *QUIET, "checkpoint.every=null",
                       cwd=tmp_path)  # fmt: skip

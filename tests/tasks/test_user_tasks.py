@@ -18,7 +18,7 @@ from beyondfit.cli.targets import swapped_targets
 
 from kit import cli, one_line_exit_2, wait_for_file
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 USER_MODULE = '''
 import torch

@@ -264,10 +264,11 @@ def test_a_budget_below_learning_starts_is_one_line_before_any_env_step(tmp_path
 
 @pytest.mark.e2e
 def test_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
-    import test_resume_cli as resume_kit
     from hydra import compose, initialize_config_dir
 
     from beyondfit.cli.run import CONF_DIR, run
+
+    import kit as resume_kit
 
     overrides = ["+task=cartpole", "algo=dqn", "task.total_env_steps=1100",
                  "task.replay.learning_starts=100", "task.eval_every_env_steps=100000",

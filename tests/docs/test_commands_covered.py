@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kit import ROOT, readme_commands
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 #: README lines no test can run here, and why. Each is still checked to be in the README.
 NOT_RUNNABLE = {
@@ -81,7 +81,7 @@ def _strings(value: object) -> list[str]:
 def declared() -> dict[str, list[str]]:
     """Each declared command or preset -> the tests (``file::name``) that declare it."""
     runs: dict[str, list[str]] = {}
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         tree = ast.parse(path.read_text())
         constants = _constants(tree)
         for node in ast.walk(tree):
@@ -130,9 +130,9 @@ BENCH_NOT_RUNNABLE = {
 
 
 def test_every_bench_script_is_run_by_the_smoke_tests() -> None:
-    smoke = "".join(p.read_text() for p in sorted(TESTS.glob("test_bench*.py")))
+    smoke = "".join(p.read_text() for p in sorted(TESTS.rglob("test_bench*.py")))
     scripts = sorted(p.name for p in (ROOT / "bench").iterdir()
                      if p.suffix in (".py", ".sh") and p.name not in BENCH_NOT_RUNNABLE)
     unrun = [name for name in scripts
              if f'load("{Path(name).stem}")' not in smoke and f'"{name}"' not in smoke]
-    assert not unrun, f"bench scripts tests/test_bench_smoke.py does not run: {unrun}"
+    assert not unrun, f"bench scripts tests/bench/test_bench_smoke.py does not run: {unrun}"

@@ -257,7 +257,7 @@ def test_default_digits_run_reaches_its_accuracy(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------ the README, as typed
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def readme_supervised_commands() -> list[str]:

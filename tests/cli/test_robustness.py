@@ -121,7 +121,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(tmp_path: Path) -> None:
         "import sys, time; sys.path.insert(0, sys.argv[1]);"
         "from beyondfit.cli.rundir import claim_run_dir;"
         "claim_run_dir(sys.argv[2], resuming=False); print('locked', flush=True);"
-        "time.sleep(600)"), str(Path(__file__).resolve().parents[1]), str(tmp_path)],
+        "time.sleep(600)"), str(Path(__file__).resolve().parents[2]), str(tmp_path)],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
     with pytest.raises(BeyondfitError, match=rf"in use by another run \(pid {holder.pid} on "):

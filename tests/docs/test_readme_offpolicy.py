@@ -10,7 +10,7 @@ import pytest
 
 from kit import cli
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "## Off-policy: SAC and TD3"
 # The smallest budget that still trains: keys the commands set themselves are replaced.
 TINY = {"task.total_env_steps": "120", "task.replay.learning_starts": "40",

@@ -32,7 +32,7 @@ def build(algo: str = "ppo", **options):
     return build_pg(factory(), **{"collector": collector, **options})
 
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class DictObsEnv(gym.Env):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Bench scripts run end to end, as their users run them.
 pytestmark = pytest.mark.e2e
 

@@ -21,7 +21,7 @@ from torch.nn import functional as F
 # Examples and bench scripts run end to end, as their users run them.
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEEDS = (0, 1, 2)
 
 

@@ -15,7 +15,7 @@ from beyondfit.core.serialization import safe_load
 
 from kit import cli, rows
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "## Off-policy: DQN and your own algorithm"
 # The smallest budget that still trains: keys the commands set themselves are replaced.
 TINY = {"task.total_env_steps": "400", "task.replay.learning_starts": "100",

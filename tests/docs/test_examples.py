@@ -18,7 +18,7 @@ from kit import wait_for_file
 # Examples and bench scripts run end to end, as their users run them.
 pytestmark = pytest.mark.e2e
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def load(name: str) -> ModuleType:

@@ -16,7 +16,7 @@ import pytest
 # Examples and bench scripts run end to end, as their users run them.
 pytestmark = pytest.mark.e2e
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
 def _load(name: str):

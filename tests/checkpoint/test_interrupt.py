@@ -56,7 +56,8 @@ def child(folder: str) -> None:
 @pytest.mark.e2e
 def test_second_signal_exits_at_once_and_corrupts_nothing(tmp_path: Path) -> None:
     folder = tmp_path / "checkpoints"
-    code = f"import sys; sys.path.insert(0, {str(TESTS)!r}); import test_interrupt as t; " \
+    code = f"import sys; sys.path[:0] = [{str(TESTS)!r}, {str(TESTS.parent)!r}]; " \
+           "import test_interrupt as t; " \
            f"t.child({str(folder)!r})"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=300, cwd=tmp_path)
