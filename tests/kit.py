@@ -180,6 +180,28 @@ def make_engine(model: Callable[[], nn.Module] = mlp, loss_fn: Callable[..., Any
                   callbacks=list(callbacks), **options)
 
 
+def task_config(task: str, *overrides: str) -> Any:
+    """The config ``python -m beyondfit +task=TASK OVERRIDES...`` composes (Hydra's compose)."""
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR
+
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
+        return compose(config_name="config", overrides=[f"+task={task}", *overrides])
+
+
+def line_engine(callbacks: Iterable[Callback] = (), log_every: int = 100) -> Engine:
+    """A ``Linear(2, 1)`` engine fitting :func:`line_batches` by SGD (observers' tests)."""
+    return make_engine(lambda: nn.Linear(2, 1), mse, optimizer=torch.optim.SGD, lr=0.1,
+                       callbacks=callbacks, log_every=log_every)
+
+
+def line_batches() -> TensorBatches:
+    """12 points of ``y = 2 x_0`` in batches of 4 (three steps an epoch)."""
+    x = torch.linspace(-1, 1, 24).reshape(12, 2)
+    return TensorBatches(x, x[:, :1] * 2, batch_size=4, seed=0)
+
+
 class Recorder(Callback):
     """Keeps every ``on_log`` row, every evaluation and every epoch row, as plain dicts."""
 

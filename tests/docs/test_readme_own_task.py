@@ -15,7 +15,7 @@ import pytest
 from kit import rows, wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]
-#: The section's command lines, as the coverage test (tests/docs/test_commands_covered.py) knows them.
+#: The section's command lines, as the coverage test (docs/test_commands_covered.py) knows them.
 WALKTHROUGH = (
     "python -m beyondfit.new my_task",
     "python -m beyondfit --config-dir conf +task=my_task",

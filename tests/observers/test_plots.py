@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 import struct
+from functools import partial
 from pathlib import Path
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, MetricsFile, TensorBatches
-from beyondfit.cli.run import CONF_DIR, output_callbacks, run
+from beyondfit.cli.run import output_callbacks, run
 from beyondfit.observers.plots import (
     CurvesPlot,
     panels,
@@ -22,7 +22,9 @@ from beyondfit.observers.plots import (
     series,
 )
 
-from kit import wait_for_file
+from kit import task_config, wait_for_file
+
+config = partial(task_config, "regression")  # this file's task, composed as the CLI does
 
 pytest.importorskip("matplotlib")
 
@@ -40,11 +42,6 @@ def write_rows(run_dir: Path, rows: list[dict]) -> Path:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run_dir
-
-
-def config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose(config_name="config", overrides=["+task=regression", *overrides])
 
 
 @pytest.mark.e2e

@@ -8,18 +8,16 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 from hydra import compose, initialize_config_dir
-from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit import BeyondfitError
 from beyondfit.cli.run import CONF_DIR, output_callbacks
 from beyondfit.observers.tensorboard import TensorBoardLogger, flatten, summary_writer_class
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from kit import make_engine, mse
+from kit import line_batches, line_engine
 
 
 def read_events(log_dir: Path) -> EventAccumulator:
@@ -57,19 +55,9 @@ def test_cli_run_with_tensorboard_logger_writes_readable_scalars(tmp_path: Path)
     assert (tmp_path / "metrics.csv").is_file()  # +logger= adds to the default csv logger
 
 
-def linear_engine(callbacks: list, log_every: int = 100) -> Engine:
-    return make_engine(lambda: nn.Linear(2, 1), mse, optimizer=torch.optim.SGD, lr=0.1,
-                       callbacks=callbacks, log_every=log_every)
-
-
-def batches() -> TensorBatches:
-    x = torch.linspace(-1, 1, 24).reshape(12, 2)
-    return TensorBatches(x, x[:, :1] * 2, batch_size=4, seed=0)
-
-
 def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path: Path) -> None:
-    engine = linear_engine([TensorBoardLogger(tmp_path, hparams={"lr": 0.1, "hidden": [4, 4]})])
-    history = engine.fit(batches(), epochs=3)
+    engine = line_engine([TensorBoardLogger(tmp_path, hparams={"lr": 0.1, "hidden": [4, 4]})])
+    history = engine.fit(line_batches(), epochs=3)
     events = read_events(tmp_path)
     loss = events.Scalars("loss")
     assert [e.step for e in loss] == [3, 6, 9]
@@ -78,14 +66,14 @@ def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path
 
 
 def test_resumed_run_purges_events_after_its_step(tmp_path: Path) -> None:
-    first = linear_engine([TensorBoardLogger(tmp_path)], log_every=1)
-    first.fit(batches(), epochs=2)  # steps 1..6
+    first = line_engine([TensorBoardLogger(tmp_path)], log_every=1)
+    first.fit(line_batches(), epochs=2)  # steps 1..6
     state = first.state_dict()
     # Resume from step 3 (as from a checkpoint written at the end of epoch 1).
-    again = linear_engine([TensorBoardLogger(tmp_path)], log_every=1)
+    again = line_engine([TensorBoardLogger(tmp_path)], log_every=1)
     state["counters"].update(global_step=3, epoch=1, batch_in_epoch=0)
     again.load_state_dict(state)
-    again.fit(batches(), epochs=2)
+    again.fit(line_batches(), epochs=2)
     steps = [e.step for e in read_events(tmp_path).Scalars("loss")]
     assert steps == sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
 

@@ -19,14 +19,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit import BeyondfitError
 from beyondfit.cli.builders import build_loggers
 from beyondfit.cli.run import CONF_DIR, run
-from beyondfit.core.callbacks import Callback
 
-from kit import cli, make_engine, mse
+from kit import cli, line_batches, line_engine
 
 HERE = Path(__file__).resolve().parent
 
@@ -165,16 +163,6 @@ def test_a_failed_run_ends_its_mlflow_run_as_failed(tmp_path: Path, tracking) ->
     assert tracked.info.status == "FAILED"
 
 
-def linear_engine(callbacks: list[Callback]) -> Engine:
-    return make_engine(lambda: nn.Linear(2, 1), mse, optimizer=torch.optim.SGD, lr=0.1,
-                       callbacks=callbacks, log_every=2)
-
-
-def batches() -> TensorBatches:
-    x = torch.linspace(-1, 1, 24).reshape(12, 2)
-    return TensorBatches(x, x[:, :1] * 2, batch_size=4, seed=0)
-
-
 def test_python_api_tracker_ends_at_fit_end_and_a_loaded_state_continues_it(
     tmp_path: Path, tracking
 ) -> None:
@@ -183,8 +171,8 @@ def test_python_api_tracker_ends_at_fit_end_and_a_loaded_state_continues_it(
 
     uri = tracking["MLFLOW_TRACKING_URI"]
     first = MLflowTracker(tmp_path, config={"lr": 0.1, "net": {"width": 4}}, run_name="api")
-    engine = linear_engine([first])
-    engine.fit(batches(), epochs=2)
+    engine = line_engine([first], log_every=2)
+    engine.fit(line_batches(), epochs=2)
     (tracked,) = mlflow_runs(uri)
     assert tracked.info.status == "FINISHED" and tracked.info.run_name == "api"
     assert tracked.data.params == {"lr": "0.1", "net.width": "4"}
@@ -194,9 +182,9 @@ def test_python_api_tracker_ends_at_fit_end_and_a_loaded_state_continues_it(
 
     # A new engine loading that state continues the same MLflow run; new keys are added.
     again = MLflowTracker(tmp_path, config={"lr": 0.2, "net": {"width": 4}, "new": 1})
-    resumed = linear_engine([again])
+    resumed = line_engine([again], log_every=2)
     resumed.load_state_dict(state)
-    resumed.fit(batches(), epochs=3)
+    resumed.fit(line_batches(), epochs=3)
     (tracked,) = mlflow_runs(uri)
     assert tracked.data.params == {"lr": "0.1", "net.width": "4", "new": "1"}  # first values kept
     assert [s for s, _ in mlflow_history(uri, tracked.info.run_id, "loss")] == [2, 3, 4, 6, 8, 9]
@@ -211,7 +199,7 @@ def test_mlflow_resume_of_a_run_missing_from_the_store_says_where_to_look(
     tracker = MLflowTracker(tmp_path)
     tracker.load_state_dict({"run_id": "0123456789abcdef0123456789abcdef"})
     with pytest.raises(BeyondfitError, match=r"is not in the tracking store .*MLFLOW_TRACKING_URI"):
-        tracker.on_fit_start(linear_engine([]))
+        tracker.on_fit_start(line_engine([], log_every=2))
 
 
 @pytest.mark.e2e
@@ -262,7 +250,7 @@ def test_wandb_login_problem_is_one_clear_error(tmp_path: Path, monkeypatch, tra
     monkeypatch.setattr(wandb, "init", refuse)
     tracker = WandbTracker(tmp_path, mode="online")
     with pytest.raises(BeyondfitError, match=r"api_key not configured .*WANDB_MODE=offline"):
-        tracker.on_fit_start(linear_engine([]))
+        tracker.on_fit_start(line_engine([], log_every=2))
 
 
 # ---------------------------------------------------------------------- both, under torchrun
@@ -424,7 +412,7 @@ def test_tracker_base_logs_each_row_once_and_a_lost_server_is_a_warning(
 ) -> None:
     (tmp_path / "curves.png").write_bytes(b"png")
     tracker = memory_tracker(tmp_path)
-    linear_engine([tracker]).fit(batches(), epochs=2, val_data=val_batches())
+    line_engine([tracker], log_every=2).fit(line_batches(), epochs=2, val_data=val_batches())
     calls = tracker.calls
     assert calls[0] == ("start", None)
     assert calls[1] == ("params", {"opt.lr": 0.1}, False)  # resume is no parameter
@@ -439,7 +427,7 @@ def test_tracker_base_logs_each_row_once_and_a_lost_server_is_a_warning(
 
     failing = memory_tracker(tmp_path, fail_files=True)
     with caplog.at_level("WARNING", logger="beyondfit"):
-        linear_engine([failing]).fit(batches(), epochs=1)
+        line_engine([failing], log_every=2).fit(line_batches(), epochs=1)
     assert failing.calls[-1] == ("end", "finished")  # ended all the same
     assert "memory: the run's files were not sent: server went away" in caplog.text
 

@@ -3,24 +3,20 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError, Engine
-from beyondfit.cli.run import CONF_DIR, run
+from beyondfit.cli.run import run
 from beyondfit.tasks.autoencoder import build, load_images, pca_reconstruction, save_grid
 
-from kit import cli, one_line_exit_2
+from kit import cli, one_line_exit_2, task_config
 
-
-def config(*overrides: str):
-    """The composed CLI config of the autoencoder task."""
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose(config_name="config", overrides=["+task=autoencoder", *overrides])
+config = partial(task_config, "autoencoder")  # this file's task, composed as the CLI does
 
 
 def figures(stdout: str) -> tuple[float, float]:

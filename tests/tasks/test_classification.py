@@ -11,28 +11,25 @@ import re
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError
-from beyondfit.cli.run import CONF_DIR, run
+from beyondfit.cli.run import run
 from beyondfit.data.tables import Column, Table
 from beyondfit.nets import PiecewiseLinear
 from beyondfit.tasks import classification
 from beyondfit.tasks.classification import class_labels, confusion_matrix, stratified_split
 
-from kit import cli, one_line_exit_2
+from kit import cli, one_line_exit_2, task_config
+
+config = partial(task_config, "classification")  # this file's task, composed as the CLI does
 
 pytest.importorskip("torchmetrics")
-
-
-def config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose(config_name="config", overrides=["+task=classification", *overrides])
 
 
 def animals_csv(path: Path, n: int = 240, seed: int = 0) -> Path:

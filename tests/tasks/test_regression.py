@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 
 from beyondfit import BeyondfitError
-from beyondfit.cli.run import CONF_DIR, run
+from beyondfit.cli.run import run
 from beyondfit.data import load_table
 from beyondfit.tasks import regression
 from beyondfit.tasks.regression import least_squares_r2
 from beyondfit.tasks.supervised import auto_batch_size, auto_hidden
 
-from kit import cli, one_line_exit_2
+from kit import cli, one_line_exit_2, task_config
 
-
-def config(*overrides: str):
-    with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
-        return compose(config_name="config", overrides=["+task=regression", *overrides])
+config = partial(task_config, "regression")  # this file's task, composed as the CLI does
 
 
 def write_csv(path: Path, rows: list[list[str]]) -> Path:
