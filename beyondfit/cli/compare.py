@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from beyondfit.cli.intervals import iqm_interval
-from beyondfit.cli.result import read_result, result_value
+from beyondfit.cli.result import RESULT_FILE, load_result, result_value
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.observers.plots import (
     new_figure,
@@ -83,10 +83,23 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
             rows = read_metrics(file)
             if rows:
                 overrides, seed = _launch_info(file.parent)
-                runs.append(Run(file.parent, rows, overrides, seed, read_result(file.parent)))
+                runs.append(Run(file.parent, rows, overrides, seed, _result(file.parent)))
     if not runs:
         raise BeyondfitError("the runs found have empty metrics files: nothing to compare")
     return runs
+
+
+def _result(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``result.json`` record, or ``None`` (with a warning saying why when the file
+    is there but is no record: a FIFO, JSON nested past the stack, ...)."""
+    record, why = load_result(run_dir)
+    if why is not None:
+        _warn(run_dir / RESULT_FILE, f"{why}; its last logged values are used")
+    return record
+
+
+def _warn(path: Path, why: str) -> None:
+    print(f"beyondfit: warning: {path} was ignored, {why}", file=sys.stderr)
 
 
 def _launch_info(run_dir: Path) -> tuple[list[str], Any]:
@@ -114,10 +127,12 @@ def _read_yaml(path: Path) -> Any:
 
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        _warn(path, "it is nested deeper than a config can be")
+        return None
     except (OSError, UnicodeError, yaml.YAMLError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"beyondfit: warning: {path} was ignored, it cannot be read ({reason})",
-              file=sys.stderr)
+        _warn(path, f"it cannot be read ({reason})")
         return None
 
 
@@ -311,6 +326,12 @@ def compare(
     """
     if not dirs:
         raise BeyondfitError("give at least one run or sweep directory")
+    out_dir = Path(out) if out is not None else Path(dirs[0])
+    if out is not None and out_dir.exists() and not out_dir.is_dir():
+        raise BeyondfitError(
+            f"--out {str(out_dir)!r} is a file, not a folder; give a folder for compare.png, "
+            "compare_scores.png and compare.md (it is made if missing)"
+        )
     require_matplotlib()
     settings = group_runs(find_runs(dirs))
     names = list(metrics) if metrics else metric_names(settings)
@@ -323,8 +344,13 @@ def compare(
         )
     if not names:
         raise BeyondfitError("these runs logged no loss, return or validation values to compare")
-    out_dir = Path(out) if out is not None else Path(dirs[0])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BeyondfitError(
+            f"--out {str(out_dir)!r} cannot be made a folder ({exc.strerror or exc}); "
+            "give a folder you can write to"
+        ) from None
     png = plot(settings, names, out_dir / "compare.png")
     plot_scores(settings, names, out_dir / "compare_scores.png")
     sources = ", ".join(f"`{d}`" for d in dirs)

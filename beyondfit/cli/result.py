@@ -89,15 +89,29 @@ def write_result(run_dir: str | Path, record: Mapping[str, Any]) -> Path:
 
 
 def read_result(run_dir: str | Path) -> dict[str, Any] | None:
-    """The run's record, or ``None`` when it has none (unfinished, or an older run)."""
+    """The run's record, or ``None`` when it has none (unfinished, an older run, or a file
+    that is not a record: :func:`load_result` says why)."""
+    return load_result(run_dir)[0]
+
+
+def load_result(run_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]:
+    """``(record, None)``, or ``(None, why)`` when ``RUN_DIR/result.json`` is there but is no
+    record (``(None, None)``: there is none). A run directory may come from elsewhere: only a
+    regular file is read (a FIFO would block forever), and no JSON breaks the reader."""
     path = Path(run_dir) / RESULT_FILE
+    if not path.exists():
+        return None, None
+    if not path.is_file():
+        return None, "it is not a regular file"
     try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        return None, f"it cannot be read ({exc.strerror or type(exc).__name__})"
+    except (ValueError, RecursionError):  # not UTF-8 or not JSON; nested past the stack
+        return None, "it is not valid JSON of a sane depth"
     if not isinstance(record, dict) or not isinstance(record.get("values"), dict):
-        return None
-    return record
+        return None, 'it is not a result record (a JSON object with "values")'
+    return record, None
 
 
 def finished_run(resume: str) -> tuple[Path, dict[str, Any]] | None:
@@ -127,9 +141,13 @@ def result_value(record: Mapping[str, Any] | None, name: str) -> float | None:
     if not record:
         return None
     value = record.get("values", {}).get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    return float(value)
+    try:
+        value = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return value if math.isfinite(value) else None
 
 
 def result_line(record: Mapping[str, Any], path: Path) -> str:

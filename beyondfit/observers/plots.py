@@ -73,19 +73,27 @@ def require_matplotlib() -> None:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``metrics.jsonl`` (a torn last line, from a killed run, is skipped)."""
+    """The rows of a ``metrics.jsonl``: every line that is a JSON object. Any other line is
+    skipped: a torn last line from a killed run, or what a file from elsewhere may hold (an
+    array, a number, JSON nested deeper than the stack)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a FIFO would block forever
+        raise BeyondfitError(
+            f"{str(path)!r} is not a regular file; give the directory of a beyondfit run"
+        )
     if not path.is_file():
         raise BeyondfitError(
             f"no metrics file at {str(path)!r}; is this a beyondfit run directory?"
         )
     rows = []
-    with path.open() as f:
+    with path.open(encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+                row = json.loads(line)
+            except (ValueError, RecursionError):
                 continue
+            if isinstance(row, dict):
+                rows.append(row)
     return rows
 
 
@@ -105,11 +113,22 @@ def series(rows: Sequence[Mapping[str, Any]], name: str) -> Series:
         kinds = ("epoch",) if epochs >= 2 else ("train", "epoch")
     by_step: dict[float, float] = {}
     for row in rows:
-        value = row.get(name)
-        if row.get("kind") in kinds and isinstance(value, (int, float)) and "step" in row:
-            by_step[float(row["step"])] = float(value)  # later rows of a step win
+        step, value = _number(row.get("step")), _number(row.get(name))
+        if row.get("kind") in kinds and step is not None and value is not None:
+            by_step[step] = value  # later rows of a step win
     steps = sorted(by_step)
     return steps, [by_step[s] for s in steps]
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float, or ``None`` when it is no number (a string, or an integer too
+    large for a float)."""
+    if not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return None
 
 
 def panels(rows: Sequence[Mapping[str, Any]], max_metrics: int = 3) -> dict[str, list[str]]:

@@ -226,3 +226,63 @@ def test_compare_of_a_five_seed_sweep_prints_iqm_and_its_95_interval(
     assert "| `regression` | 5 | 0.88 ± 0.66 |" in out  # the mean ± std table is still there
     width, height = is_png(sweep / "compare_scores.png")
     assert width >= 400 and height >= 200
+
+
+# ------------------------------------------------------------- run directories from elsewhere
+DEEP = "[" * 200_000 + "]" * 200_000  # json.loads recurses once per level: a RecursionError
+
+
+@pytest.mark.e2e
+def test_a_result_json_that_is_a_fifo_is_skipped_saying_why(tmp_path: Path) -> None:
+    import os
+
+    from kit import cli
+
+    run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
+    os.mkfifo(run / "result.json")  # reading it would wait for a writer forever
+    done = cli(str(run), module="beyondfit.compare", timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1 and "result.json was ignored" in done.stderr
+    assert "not a regular file" in done.stderr
+    assert "| `regression` | 1 | 0.5 |" in (run / "compare.md").read_text()
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / "metrics.jsonl")  # no rows to compare: one line
+    done = cli(str(tmp_path / "fifo"), module="beyondfit.compare", timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "metrics.jsonl' is not a regular file" in done.stderr
+
+
+def test_a_deeply_nested_result_or_row_and_a_row_that_is_not_an_object_are_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
+    (run / "result.json").write_text(DEEP)
+    with (run / "metrics.jsonl").open("a") as f:
+        f.write(DEEP + "\n[1, 2]\n\"text\"\n7\n")
+        f.write(json.dumps({"kind": "val", "step": "late", "val_loss": 9.0}) + "\n")
+        f.write(json.dumps({"kind": "val", "step": 40, "val_loss": 10**400}) + "\n")
+    main([str(run)])
+    captured = capsys.readouterr()
+    assert "| `regression` | 1 | 0.5 |" in captured.out  # the good rows, compared as before
+    assert captured.err.count("\n") == 1 and "result.json was ignored" in captured.err
+
+
+def test_a_result_value_too_large_for_a_float_is_not_a_value(tmp_path: Path) -> None:
+    run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
+    (run / "result.json").write_text('{"values": {"val_loss": 1%s}}' % ("0" * 400))
+    _, md = compare([run])  # no OverflowError: the result has no finite val_loss, as a NaN
+    assert "| `regression` | 1 | – | 0.6 |" in md.read_text()
+
+
+def test_out_naming_a_file_is_one_line(
+    sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "report.md").write_text("mine")
+    with pytest.raises(SystemExit) as exit_info:
+        main([str(sweep), "--out", str(tmp_path / "report.md")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("beyondfit.compare: error: --out ") and err.count("\n") == 1
+    assert "report.md" in err and "is a file" in err and "folder" in err
+    assert (tmp_path / "report.md").read_text() == "mine"  # nothing lost
