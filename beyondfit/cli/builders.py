@@ -235,8 +235,9 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     (:class:`~beyondfit.observers.tracking.ExperimentTracker`) is left open at the end of
     training: :func:`beyondfit.cli.run.run` ends it once the task has written its files.
     """
-    from hydra.utils import get_object
+    from hydra.errors import InstantiationException
 
+    from beyondfit.cli.targets import instantiate_section
     from beyondfit.observers.tracking import ExperimentTracker
 
     loggers = cfg.get("logger") or {}
@@ -255,15 +256,14 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     for name, section in loggers.items():
         options = OmegaConf.to_container(section, resolve=True)
         assert isinstance(options, dict)
-        target = options.pop("_target_")
+        target = options["_target_"]
+        # Built by Hydra's instantiate as every _target_ is (its blocklist refuses os.system and
+        # the like; the options are fitted to the signature), as a partial: run_dir and config
+        # are given to the call, never instantiated themselves.
+        factory = instantiate_section(OmegaConf.create({**options, "_partial_": True}),
+                                      f"logger.{name}")
         try:
-            factory = get_object(str(target))
-        except Exception as exc:
-            raise BeyondfitError(
-                f"logger.{name}._target_={target!r} cannot be imported ({exc})"
-            ) from None
-        try:
-            inspect.signature(factory).bind(**options, run_dir=run_dir, config=config)
+            inspect.signature(factory).bind(run_dir=run_dir, config=config)
         except TypeError as exc:
             raise BeyondfitError(
                 f"logger.{name} options do not fit {target}: {exc} (a logger's _target_ is "
@@ -271,7 +271,12 @@ def build_loggers(cfg: DictConfig, run_dir: Path) -> list[Callback]:
             ) from None
         except ValueError:  # no signature to check (a builtin): let the call tell
             pass
-        callback = factory(**options, run_dir=run_dir, config=config)
+        try:
+            callback = factory(run_dir=run_dir, config=config)
+        except InstantiationException as exc:  # Hydra's policy refused the call itself
+            raise BeyondfitError(
+                f"cannot build logger.{name} ({target}): {' '.join(str(exc).split())}"
+            ) from None
         if not isinstance(callback, Callback):
             raise BeyondfitError(
                 f"logger.{name}._target_={target} returned {type(callback).__name__}, not a "

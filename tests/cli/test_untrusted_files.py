@@ -65,3 +65,18 @@ def test_a_dangerous_target_on_the_command_line_is_refused_in_one_line(tmp_path:
 
 def parse(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("options", [[], ["+logger.x.command=touch pwned"]])
+def test_a_loggers_dangerous_target_is_refused_as_every_target_is(
+    tmp_path: Path, options: list[str]
+) -> None:
+    # A logger's _target_ went to get_object and was called: os.system was reached.
+    done = cli("+task=regression", "+logger.x._target_=os.system", *options, cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    error = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(error) == 1 and error[0].startswith("beyondfit: error: "), done.stderr
+    assert "logger.x" in error[0] and "Target 'os.system' is blocklisted" in error[0]
+    assert not (tmp_path / "pwned").exists()
