@@ -8,12 +8,15 @@ optimizer due in it steps once; a *micro-batch* is one call of the loss closure
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from beyondfit.core.callbacks import Callback
+from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
 from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
 from beyondfit.core.state_checks import check_checkpoint_fields
@@ -108,22 +111,53 @@ class Checkpointable:
         return end_only
 
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
-        """Restore :meth:`state_dict`; a model or optimizer mismatch is a clear error."""
-        # Everything is checked before anything is loaded: a mismatch changes nothing.
+        """Restore :meth:`state_dict`, whole or not at all.
+
+        The fields are checked first (a model or optimizer mismatch, a counter out of range);
+        then every part loads its own entry, and each part's ``load_state_dict`` checks its own
+        invariants. Any failure, in any part, puts back what was there before and is one
+        :class:`BeyondfitError` naming the ``source`` and the field: a stateful object of one's
+        own (a callback, a data source) gets this without being registered anywhere.
+        """
         check_state_fits(state, self.model, {u.name: u.optimizer for u in self.updates}, source)
         check_checkpoint_fields(state, self, source)  # types, ranges, shapes, finiteness
+        data = getattr(self.train_data, "load_state_dict", None)
+        if callable(data) and state.get("data") is None:
+            raise BeyondfitError(f"{source} cannot be restored: data: missing, but this run's "
+                                 f"training data ({type(self.train_data).__name__}) keeps its "
+                                 "position in checkpoints; resume from a checkpoint of this run")
+        before = copy.deepcopy(self.state_dict())  # tensors cloned: a load writes in place
+        pending = self._pending_data_state
+        try:
+            self._restore(state, source)
+        except _PartError as failed:
+            try:
+                self._restore(before, source)
+            finally:
+                self._pending_data_state = pending
+            raise BeyondfitError(f"{source} cannot be restored, nothing was changed: "
+                                 f"{failed.field}: {failed.reason}") from None
+        self.window.reset()
+        self._resumed = True
+
+    def _restore(self, state: Mapping[str, Any], source: str) -> None:
+        """Load every part's entry of ``state``; a failing part raises :class:`_PartError`."""
+        with _part("model"):
+            self.model.load_state_dict(state["model"])
         saved = state["updates"]
-        self.model.load_state_dict(state["model"])
         for update in self.updates:
-            update.load_state_dict(saved[update.name], source)
+            with _part(f"updates[{update.name!r}]"):
+                update.load_state_dict(saved[update.name], source)
         if "scaler" in state:
-            self.precision.load_state_dict(state["scaler"])
+            with _part("scaler"):
+                self.precision.load_state_dict(state["scaler"])
         self.state.load_state_dict(state["counters"])  # in place: the window holds it
         self.last_val = dict(state.get("last_val", {}))
         stopped = state.get("stopped_by")
         # The next fit trains no more (see Engine._fit); resume_extend clears it.
         self.resumed_stop = stopped if isinstance(stopped, str) else None
-        self.train_metrics.load_state_dict(state["metrics"], self.device)
+        with _part("metrics"):
+            self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
         if "rng" in state:
             set_rng_state(state["rng"])
@@ -131,13 +165,13 @@ class Checkpointable:
         for cb in self.callbacks:
             key = _callback_key(cb)
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
-                cb.load_state_dict(saved_callbacks[key])
+                with _part(f"callbacks.{key}"):
+                    cb.load_state_dict(saved_callbacks[key])
         self._pending_data_state = state.get("data")
         if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
-            self.train_data.load_state_dict(self._pending_data_state)
+            with _part("data"):
+                self.train_data.load_state_dict(self._pending_data_state)
             self._pending_data_state = None
-        self.window.reset()
-        self._resumed = True
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically."""
@@ -158,3 +192,24 @@ class Checkpointable:
 
 def _callback_key(callback: Callback) -> str:
     return getattr(callback, "state_key", type(callback).__name__)
+
+
+class _PartError(Exception):
+    """A part of the engine refused its checkpoint entry (``field``: which, ``reason``: why)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(field, reason)
+        self.field, self.reason = field, reason
+
+
+@contextmanager
+def _part(field: str) -> Iterator[None]:
+    """Name the checkpoint field whose load failed, with the first line of the reason."""
+    try:
+        yield
+    except Exception as exc:  # any part's own check, or what a bad entry made it raise
+        text = str(exc).strip().splitlines()
+        reason = text[0] if text else type(exc).__name__
+        if not isinstance(exc, BeyondfitError):
+            reason = f"{type(exc).__name__}: {reason}"
+        raise _PartError(field, reason) from None

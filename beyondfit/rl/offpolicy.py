@@ -38,10 +38,10 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.core.state_checks import field_problem, is_real
 from beyondfit.rl.actions import DiscreteActions, action_columns
 from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.envs import observation_converter
+from beyondfit.rl.offpolicy_state import check_replay_state
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.update_ratio import check_ratio, owed, too_short
 
@@ -295,20 +295,14 @@ class ReplayCollector(EnvCollector):
                 ]
         return state
 
-    def state_problem(self, state: Any) -> str | None:
-        """What is wrong with a saved state's counters and exploration entry, or ``None``."""
-        problem = field_problem(state, {"env_steps": "count", "yielded": "count",
-                                        "generator": "generator"})
-        if problem is None and not isinstance(state.get("buffer"), dict):
-            problem = "buffer is not a mapping"
-        explore = state.get("exploration", {}) if problem is None else {}
-        if not isinstance(explore, dict) or not all(
-                isinstance(k, str) and is_real(v) and 0 <= v <= 1 for k, v in explore.items()):
-            problem = f"exploration={explore!r} is not a mapping of names to numbers in [0, 1]"
-        return problem
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the envs are rebuilt at the start of the next pass."""
+        """Restore :meth:`state_dict`; the envs are rebuilt at the start of the next pass.
+
+        Every entry is checked first against this run (counters within its budget, per-copy
+        lists of its number of envs, generator and env RNG states its generators take, replayed
+        actions its action space holds), and the buffer checks its own: a state this run could
+        not continue from is refused here, never after "resumed from"."""
+        check_replay_state(self, state)
         saved, now = state.get("exploration"), self._exploration(int(state["env_steps"]))
         if saved is not None and dict(saved) != now:
             raise BeyondfitError(
@@ -316,9 +310,9 @@ class ReplayCollector(EnvCollector):
                 f"not this run's schedule there ({now}): resume with the run's own task.agent "
                 "exploration settings and task.total_env_steps"
             )
+        had_rows = self.buffer.load_state_dict(state["buffer"])  # the last check: then load
         self.env_steps = int(state["env_steps"])
         self.yielded = int(state["yielded"])
-        had_rows = self.buffer.load_state_dict(state["buffer"])
         if not had_rows and int(state["buffer"].get("size", 0)):
             log.warning("resumed without the replay buffer: the checkpoint left out its %d "
                         "transitions (task.replay.save_buffer=false), so training continues "

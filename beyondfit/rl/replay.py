@@ -121,24 +121,42 @@ class ReplayBuffer:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> bool:
-        """Restore :meth:`state_dict`; returns whether the rows were in it (else it is empty)."""
-        if int(state.get("width", self.width)) != self.width:
+        """Restore :meth:`state_dict`; returns whether the rows were in it (else it is empty).
+
+        Checked first, whole: the row width (the same env), ``size`` and ``position`` within
+        the capacity and agreeing with the rows, and every row finite."""
+        if not isinstance(state, dict):
+            raise BeyondfitError(f"buffer is a {type(state).__name__}, not a mapping")
+        if state.get("width", self.width) != self.width:
             raise BeyondfitError(
-                f"the checkpoint's replay buffer holds rows of {state['width']} values, this "
-                f"env's transitions need {self.width}: resume with the same env"
+                f"buffer.width={state['width']!r}: the checkpoint's replay buffer holds rows of "
+                f"other transitions than this env's ({self.width} values): resume with the "
+                "same env"
             )
+        size, position = state.get("size"), state.get("position")
+        for name, value in (("size", size), ("position", position)):
+            if not isinstance(value, int) or isinstance(value, bool) or not (
+                    0 <= value <= self.capacity):
+                raise BeyondfitError(f"buffer.{name}={value!r} is not a whole number in [0, "
+                                     f"{self.capacity}] (the buffer's capacity)")
+        if position == self.capacity or (size < self.capacity and position != size):
+            raise BeyondfitError(f"buffer.position={position} does not follow buffer.size="
+                                 f"{size}: rows are written in order, wrapping at "
+                                 f"{self.capacity}")
         rows = state.get("rows")
         if rows is None:
             self.size = self.position = 0
             return False
-        rows = torch.as_tensor(rows)
-        if rows.ndim != 2 or rows.shape[1] != self.width or rows.shape[0] > self.capacity:
+        if not isinstance(rows, torch.Tensor) or rows.dtype != torch.float32 or rows.shape != (
+                size, self.width):
+            shown = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
             raise BeyondfitError(
-                f"the checkpoint's replay buffer has shape {tuple(rows.shape)}, which does not "
-                f"fit a buffer of {self.capacity} rows of {self.width}: resume with the same "
-                "task.replay.buffer_size and env"
+                f"buffer.rows {shown} is not {size} float32 rows of {self.width} values (its "
+                "size): resume with the same task.replay.buffer_size and env"
             )
-        self.size = rows.shape[0]
-        self.position = int(state["position"]) % self.capacity
-        self.rows[: self.size].copy_(rows)
+        if not bool(torch.isfinite(rows).all()):
+            raise BeyondfitError("buffer.rows holds values that are not finite (NaN or inf): "
+                                 "no transition this package stores is")
+        self.size, self.position = size, position
+        self.rows[:size].copy_(rows)
         return True

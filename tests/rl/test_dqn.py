@@ -117,16 +117,17 @@ def test_a_checkpoint_continues_bitwise_and_checks_the_epsilon_schedule(tmp_path
     saved = safe_load(tmp_path / "c.pt")
     b = q_collector(**make)
     b.agent.load_state_dict(saved["model"])
-    assert b.state_problem(saved["data"]) is None
     b.load_state_dict(saved["data"])
     got = [torch.cat([f.reshape(4, -1).float() for f in batch], 1)
            for batch, _ in zip(b, range(150), strict=False)]
     assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
     # A tampered value is refused before loading; another schedule is refused in one line.
     bad = {**saved["data"], "exploration": {"epsilon": 1.5}}
-    assert "exploration={'epsilon': 1.5} is not a mapping of names to numbers in [0, 1]" in \
-        q_collector(**make).state_problem(bad)
-    assert "env_steps" in q_collector(**make).state_problem({**saved["data"], "env_steps": -1})
+    with pytest.raises(BeyondfitError, match=r"exploration=\{'epsilon': 1.5\} is not a mapping "
+                                             r"of names to numbers in \[0, 1\]"):
+        q_collector(**make).load_state_dict(bad)
+    with pytest.raises(BeyondfitError, match=r"^env_steps=-1 is not a whole number"):
+        q_collector(**make).load_state_dict({**saved["data"], "env_steps": -1})
     other = q_collector(**{**make, "fraction": 0.9})
     with pytest.raises(BeyondfitError, match=r"^the checkpoint's exploration \{'epsilon': "
                                              r".*task\.agent exploration settings") as info:
