@@ -104,8 +104,10 @@ class GaussianActor(nn.Module):
             raise BeyondfitError(f"unknown task.agent.log_std={log_std!r}; choose one of "
                                  f"{', '.join(LOG_STD_RANGES)}")
         self.trunk = mlp([obs_dim, *hidden], activation)
-        self.trunk.append(nn.ReLU() if activation == "relu" else nn.Tanh())
-        self.head = nn.Linear(hidden[-1], 2 * act_dim)  # mean and log-std in one matmul
+        if hidden:  # no hidden layer (task.hidden=[]): a linear policy, the observation bare
+            self.trunk.append(nn.ReLU() if activation == "relu" else nn.Tanh())
+        # mean and log-std in one matmul
+        self.head = nn.Linear(hidden[-1] if hidden else obs_dim, 2 * act_dim)
         self.log_std_mode = log_std
         self.log_std_min, self.log_std_max = LOG_STD_RANGES[log_std]
 
@@ -195,6 +197,8 @@ class OffPolicyAgent(nn.Module):
             raise BeyondfitError(f"unknown task.agent.activation={activation!r}; choose one of "
                                  "relu, tanh")
         check_number("task.agent.critics", critics, integer=True, at_least=1)
+        check_number("task.agent.init_alpha", init_alpha, above=0, allow_none=True,
+                     example="task.agent.init_alpha=1.0 (SAC's starting temperature)")
         self.obs_dim = obs_dim = int(np.prod(observation_space.shape))
         self.act_dim = int(low.size)
         self.action_shape = tuple(action_space.shape)

@@ -102,6 +102,10 @@ def build(
     if extra:
         raise BeyondfitError(f"unknown task.replay option(s) {extra}; known: "
                              f"{', '.join(REPLAY_DEFAULTS)}")
+    if not isinstance(settings["save_buffer"], bool):
+        raise BeyondfitError(f"task.replay.save_buffer={settings['save_buffer']!r} must be true "
+                             "or false (true: the buffer goes into checkpoints, so resume= "
+                             "continues exactly)")
     options = dict(agent or {})
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
@@ -129,7 +133,7 @@ def build(
                                updates_per_step=settings["updates_per_step"],
                                train_freq=settings["train_freq"],
                                gradient_steps=settings["gradient_steps"],
-                               save_buffer=bool(settings["save_buffer"]))
+                               save_buffer=settings["save_buffer"])
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                     progress=lambda: data.env_steps, wrappers=wrappers)
     except BaseException:

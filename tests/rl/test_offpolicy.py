@@ -368,6 +368,39 @@ def test_the_gaussian_actors_log_std_bounds_tanh_and_clamp() -> None:
         assert action.abs().max() <= 1 and torch.isfinite(log_prob).all()
 
 
+@pytest.mark.parametrize("actor", ["gaussian", "deterministic"])
+def test_an_empty_hidden_list_is_a_linear_actor(actor: str) -> None:
+    # task.hidden=[] was an IndexError for SAC's actor; TD3's was already linear.
+    box = gym.spaces.Box(-1, 1, (3,), np.float32)
+    agent = OffPolicyAgent(box, gym.spaces.Box(-2, 2, (2,), np.float32), actor=actor, hidden=[])
+    obs = torch.randn(5, 3)
+    if actor == "gaussian":
+        mean = lambda o: agent.actor._mean_log_std(o)[0]  # noqa: E731
+        # Linear in the observation: no activation between it and the head.
+        assert torch.allclose(mean(2 * obs) - mean(0 * obs), 2 * (mean(obs) - mean(0 * obs)),
+                              atol=1e-5)
+        action, log_prob = agent.actor.sample(obs)
+        assert action.shape == (5, 2) and torch.isfinite(log_prob).all()
+    assert agent.act(obs).shape == (5, 2)
+    assert agent.critic(obs, torch.zeros(5, 2)).shape == (2, 5)
+
+
+@pytest.mark.e2e
+def test_the_issues_agent_and_replay_settings_on_the_command_line(tmp_path: Path) -> None:
+    from kit import cli_batch, one_line_exit_2
+
+    base = ["+task=pendulum", "algo=sac", *QUIET]
+    bad, mistyped, linear = cli_batch([
+        [*base, "task.agent.init_alpha=0"],
+        [*base, "task.replay.save_buffer=maybe"],
+        [*base, *TINY, "task.hidden=[]", "hydra.run.dir=linear"],
+    ], cwd=tmp_path)  # fmt: skip
+    one_line_exit_2(bad, "task.agent.init_alpha=0; it must be a positive number")
+    one_line_exit_2(mistyped, "task.replay.save_buffer='maybe' must be true or false")
+    assert linear["code"] == 0, linear["stderr"][-2000:]
+    assert (tmp_path / "linear" / "result.json").is_file()
+
+
 @pytest.mark.parametrize(("override", "message"), [
     ({"normalize": True}, r"task\.normalize=True: running normalization"),
     ({"replay": {"nosuch": 1}}, r"unknown task\.replay option\(s\) \['nosuch'\]"),
@@ -398,6 +431,11 @@ def test_the_gaussian_actors_log_std_bounds_tanh_and_clamp() -> None:
     ({"optimizers": [1]}, r"task\.optimizers=\[1\] must map closure names"),
     ({"agent": {"hiden": [4]}}, r"task\.agent options are invalid"),
     ({"env": "CartPole-v1"}, "not a Box"),
+    ({"agent": {"hidden": [4], "init_alpha": 0}},  # was "math domain error"
+     r"task\.agent\.init_alpha=0; it must be a positive number"),
+    ({"agent": {"hidden": [4], "init_alpha": -1.0}}, r"task\.agent\.init_alpha=-1\.0; it must"),
+    ({"replay": {"learning_starts": 5, "save_buffer": "maybe"}},  # was taken as true
+     r"task\.replay\.save_buffer='maybe' must be true or false"),
 ])
 def test_off_policy_task_mistakes_are_one_line_errors(override: dict, message: str) -> None:
     from beyondfit.tasks.offpolicy import build
