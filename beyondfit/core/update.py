@@ -148,7 +148,7 @@ class Update:
             )
         if not self.params:
             raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
-        self.scheduler = _build_scheduler(self._scheduler_arg, self.optimizer)
+        self.scheduler = self._own(_build_scheduler(self._scheduler_arg, self.optimizer))
         if self.plateau:
             self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
                                    fix="set the Update's monitor= to one of them")
@@ -162,7 +162,7 @@ class Update:
         """Build the scheduler over ``total_steps`` optimizer steps (``fit``, once the data is
         sharded); after a resume it continues from the checkpoint's scheduler state."""
         lrs = [group["lr"] for group in self.optimizer.param_groups]
-        self.scheduler = self._scheduler_arg(self.optimizer, total_steps=total_steps)
+        self.scheduler = self._own(self._scheduler_arg(self.optimizer, total_steps=total_steps))
         if self._scheduler_state is not None:
             # A scheduler sets its first LR when built: put back the checkpoint's.
             for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
@@ -245,6 +245,18 @@ class Update:
     def describe(self) -> str:
         """`` 'NAME'`` for messages (empty for the one optimizer of a plain engine)."""
         return f" {self.name!r}" if self.name else ""
+
+    def _own(self, scheduler: Any) -> Any:
+        """``scheduler``, if it steps this Update's optimizer (a scheduler built over another
+        would change that one's learning rate and never this one's)."""
+        if scheduler is None or getattr(scheduler, "optimizer", self.optimizer) is self.optimizer:
+            return scheduler
+        who = f"Update {self.name!r}: its scheduler" if self.name else "scheduler="
+        mine = f"Update {self.name!r}'s" if self.name else "the engine's"
+        raise BeyondfitError(
+            f"{who} ({type(scheduler).__name__}) steps another optimizer than {mine}; build it "
+            "over that optimizer, or pass a callable optimizer -> scheduler"
+        )
 
     def _where(self, problem: str) -> str:
         if self.name:

@@ -217,12 +217,40 @@ def test_two_engines_sharing_a_module_behave_as_the_standard_algorithm(caplog) -
         (lambda m: [Update("a", d_loss, lambda params: torch.optim.SGD(params, 0.1)),
                     Update("b", g_loss, torch.optim.SGD(m.g.parameters(), 0.1))],
          "give it the parameters"),
+        (lambda m: [Update("d", d_loss, torch.optim.SGD(m.d.parameters(), 0.1)),
+                    Update("g", g_loss, torch.optim.SGD(m.g.parameters(), 0.1),
+                           scheduler=torch.optim.lr_scheduler.StepLR(
+                               torch.optim.SGD(m.d.parameters(), 0.1), 2))],
+         r"Update 'g': its scheduler \(StepLR\) steps another optimizer"),
+        (lambda m: [Update("d", d_loss, torch.optim.SGD(m.d.parameters(), 0.1),
+                           scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(
+                               torch.optim.SGD(m.g.parameters(), 0.1), 2))],
+         r"Update 'd': its scheduler \(StepLR\) steps another optimizer"),
     ],
 )
 def test_mistakes_are_clear_errors(make, message: str) -> None:
     model = Pair()
     with pytest.raises(BeyondfitError, match=message):
         Engine(model, make(model), device="cpu")
+
+
+def test_a_scheduler_of_another_optimizer_is_refused_in_one_line() -> None:
+    from beyondfit.core.schedules import cosine
+
+    model = Pair()
+    other = torch.optim.SGD(model.g.parameters(), 0.1)  # the scheduler steps this one
+    for scheduler in (torch.optim.lr_scheduler.StepLR(other, 2),
+                      torch.optim.lr_scheduler.ReduceLROnPlateau(other)):
+        with pytest.raises(BeyondfitError, match=r"^scheduler= \(\w+\) steps another optimizer "
+                           r"than the engine's; build it over that optimizer") as info:
+            Engine(model, d_loss, torch.optim.SGD(model.parameters(), 0.1),
+                   scheduler=scheduler, device="cpu")
+        assert "\n" not in str(info.value)
+    # A factory told the run's length (built by fit) is held to the same rule.
+    engine = Engine(model, d_loss, torch.optim.SGD(model.parameters(), 0.1), device="cpu",
+                    scheduler=lambda opt, total_steps: cosine(other, total_steps=total_steps))
+    with pytest.raises(BeyondfitError, match="steps another optimizer"):
+        engine.fit(batches(n=2), epochs=1, verbose=False)
 
 
 def test_engine_level_options_with_updates_are_refused_and_single_names_explain() -> None:
