@@ -68,9 +68,13 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
 
     A process killed at any moment leaves either the old file or the new one, never half
     of one: the rename is atomic on POSIX file systems. A failed write (a full disk, no
-    permission) raises ``OSError`` naming ``path``, and leaves the old file as it was.
+    permission) raises ``OSError`` naming ``path``, and leaves the old file as it was; a
+    ``path`` that is a directory is a :class:`BeyondfitError` before anything is written.
     """
     path = Path(path)
+    if path.is_dir():
+        raise BeyondfitError(f"{str(path)!r} is a directory; give a file path to save to, e.g. "
+                             f"{str(path / 'engine.pt')!r}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -104,3 +104,18 @@ def test_engine_load_refuses_nan_weights(tmp_path: Path) -> None:
         fresh.load(tmp_path / "nan.pt")
     one_line(info, "model.weight", "not finite")
     assert torch.equal(before, fresh.model.weight)  # nothing was loaded
+
+
+def test_engine_save_to_a_directory_names_it_and_asks_for_a_file(tmp_path: Path) -> None:
+    from kit import make_engine
+
+    engine = make_engine()
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "mine.txt").write_text("kept")
+    for target in (tmp_path / "ckpt", str(tmp_path / "ckpt") + "/"):
+        with pytest.raises(BeyondfitError) as info:  # was a raw IsADirectoryError
+            engine.save(target)
+        one_line(info, repr(str(tmp_path / "ckpt")), "is a directory", "give a file path",
+                 "ckpt/engine.pt")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["ckpt", "mine.txt"]  # no temp file
+    assert engine.save(tmp_path / "ckpt" / "engine.pt").is_file()
