@@ -20,6 +20,7 @@ from beyondfit import MetricsFile, resume
 from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
 from beyondfit.cli import debug
+from beyondfit.cli.bounds import check_sizes
 from beyondfit.cli.builders import (
     absolute_paths,
     build_checkpointer,
@@ -85,6 +86,7 @@ def _run(cfg: DictConfig, run_dir: Path) -> list[dict[str, float]]:
     if cfg.get("task") is None:
         raise BeyondfitError(no_task_message())
     check_config(cfg)
+    check_sizes(cfg.task, str(cfg.get("device") or "auto"))  # before anything allocates
     # Under torchrun every rank runs this with the same config and run_dir (rank 0 composed
     # both, beyondfit.distributed.share_job); only rank 0 creates or writes files.
     strategy = resolve_strategy((cfg.get("engine") or {}).get("strategy", "auto"))

@@ -1,0 +1,122 @@
+"""Bounds before allocation: what a config's sizes need at the least, against the machine.
+
+A width of 100,000,000 (``task.hidden=[100000000]``), a million critics or a batch of a billion
+rows does not fail when it is asked for: the allocator grows until the system kills the run,
+or fails deep inside torch. So before anything is built, :func:`check_sizes` adds up a lower
+bound of the memory the sizes in the config imply (every input and output taken as one value
+wide, so the estimate never refuses what fits) and refuses, in one line naming the keys, a
+config that cannot fit this machine's memory (the GPU's, when training there).
+
+The bound, in float32 values: each network's weights, their gradients and two Adam moments;
+one batch's activations through every network, kept for the backward pass; the replay
+buffer's rows (an observation, an action, a reward, the next observation and two flags).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from beyondfit.core.errors import BeyondfitError
+
+FLOAT = 4  # bytes
+#: The smallest transition row: one-value observations and actions (``2 o + a + 3``).
+MIN_ROW = 6
+
+
+def check_sizes(task: Mapping[str, Any], device: str = "auto") -> None:
+    """Refuse a ``task`` config whose sizes cannot fit this machine's memory, in one line."""
+    terms = needs(task)
+    total = sum(size for _, size in terms)
+    memory, where = machine_memory(device)
+    if total <= memory:
+        return
+    shown = ", ".join(f"{_gb(size)} for {what}" for what, size in
+                      sorted(terms, key=lambda t: -t[1]) if size >= total / 10)
+    raise BeyondfitError(f"this config needs at least {_gb(total)} of memory, more than "
+                         f"{where} has ({_gb(memory)}): {shown}; choose smaller values")
+
+
+def needs(task: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """``(what, bytes)`` lower bounds of what ``task``'s sizes allocate."""
+    agent = _section(task, "agent")
+    replay = task.get("replay") if isinstance(task.get("replay"), Mapping) else None
+    collector = _section(task, "collector")
+    hidden = _widths(agent.get("hidden", task.get("hidden")))
+    nets = f"task.hidden={_short(hidden)}"
+    if replay is not None:  # off-policy: critics and their targets, an actor and its target
+        critics = _count(agent.get("critics", 2)) if agent.get("kind") != "q" else 0
+        copies = 2 * critics + 2
+        nets += f", task.agent.critics={critics}" if critics else ""
+        batch = _count(replay.get("batch_size"))
+        rows = f"task.replay.batch_size={batch}"
+    elif collector:  # on-policy: a minibatch of a rollout of num_envs x rollout_steps
+        copies = 2  # the actor and the critic
+        envs, steps = _count(task.get("num_envs")), _count(collector.get("rollout_steps"))
+        batch = envs * steps // _count(collector.get("minibatches"))
+        rows = f"task.num_envs={envs} x task.collector.rollout_steps={steps}"
+    else:
+        copies, batch = 1, _count(task.get("batch_size"))
+        rows = f"task.batch_size={batch}"
+    terms = []
+    if hidden:
+        weights = sum(a * b for a, b in itertools.pairwise(hidden))
+        weights += hidden[0] + hidden[-1]  # from and to at least one value
+        terms.append((f"the networks ({nets})", weights * copies * 4 * FLOAT))
+        terms.append((f"a batch's activations ({rows}, {nets})",
+                      batch * sum(hidden) * copies * 2 * FLOAT))
+    if replay is not None:
+        kept = min(_count(replay.get("buffer_size")), _count(task.get("total_env_steps")))
+        terms.append((f"the replay buffer (task.replay.buffer_size={kept})",
+                      kept * MIN_ROW * FLOAT))
+        terms.append((f"a batch ({rows})", batch * MIN_ROW * FLOAT))
+    return terms
+
+
+def _section(task: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = task.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
+def machine_memory(device: str = "auto") -> tuple[int, str]:
+    """``(bytes, name)`` of the memory a run on ``device`` has: the GPU's when training on
+    CUDA, else the RAM (within a container's limit)."""
+    import torch
+
+    if str(device) in ("auto", "cuda") or str(device).startswith("cuda:"):
+        if torch.cuda.is_available():
+            index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+            return torch.cuda.get_device_properties(index).total_memory, "the GPU"
+    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    try:  # cgroup v2: a container's own limit, when it has one
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        ram = min(ram, int(limit)) if limit.isdigit() else ram
+    except OSError:
+        pass
+    return ram, "this machine"
+
+
+def _widths(value: Any) -> list[int]:
+    """Positive layer widths, or ``[]`` for what is sized later ("auto") or is no list."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if isinstance(value, str | Mapping) or not isinstance(value, Iterable):
+        return []
+    items = list(value)
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in items)
+    return items if items and ok else []
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _short(widths: list[int]) -> str:
+    return str(widths) if len(widths) <= 4 else f"[{widths[0]}, ..., {widths[-1]}]"
+
+
+def _gb(size: float) -> str:
+    return f"{size / 1e9:,.1f} GB" if size >= 1e8 else f"{size / 1e6:,.1f} MB"
