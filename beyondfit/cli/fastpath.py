@@ -71,7 +71,7 @@ def compose_once(args: Sequence[str], config_dirs: Sequence[Path]) -> Iterator[N
         yield
         return
 
-    def get_mode(self: Any, config_name: Any, overrides: Any) -> None:
+    def get_mode(self: Hydra, config_name: Any, overrides: Any) -> None:
         return None  # Hydra then runs the job once (RunMode.RUN), as with no mode set
 
     Hydra.get_mode = get_mode  # type: ignore[method-assign]

@@ -139,3 +139,9 @@ class StopRule(Callback):
         """Check the rule against the epoch's logs (train and validation)."""
         self._require(logs)
         self._check(engine, logs)
+
+
+def state_key(callback: Callback) -> str:
+    """The name a callback's state is saved under in a checkpoint's ``callbacks``: its
+    ``state_key`` attribute, else its class name."""
+    return getattr(callback, "state_key", type(callback).__name__)

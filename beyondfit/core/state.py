@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from beyondfit.core.callbacks import Callback
+from beyondfit.core.callbacks import state_key
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
 from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
@@ -90,7 +90,7 @@ class Checkpointable:
         if callable(data_state):
             state["data"] = data_state()
         state["callbacks"] = {
-            _callback_key(cb): cb.state_dict()
+            state_key(cb): cb.state_dict()
             for cb in self.callbacks
             if callable(getattr(cb, "state_dict", None))
         }
@@ -163,7 +163,7 @@ class Checkpointable:
             set_rng_state(state["rng"])
         saved_callbacks = state.get("callbacks", {})
         for cb in self.callbacks:
-            key = _callback_key(cb)
+            key = state_key(cb)
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
                 with _part(f"callbacks.{key}"):
                     cb.load_state_dict(saved_callbacks[key])
@@ -188,10 +188,6 @@ class Checkpointable:
         state = safe_load(path)
         self.load_state_dict(state, source=f"checkpoint {str(path)!r}")
         return state
-
-
-def _callback_key(callback: Callback) -> str:
-    return getattr(callback, "state_key", type(callback).__name__)
 
 
 class _PartError(Exception):

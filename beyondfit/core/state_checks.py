@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from beyondfit.core.callbacks import state_key
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import is_plain_extra_state, nonfinite_entries
 
@@ -131,13 +132,11 @@ def _check(state: Mapping[str, Any], engine: Any) -> None:
 def _stateful(engine: Any, state: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
     """Field name, ``state_problem`` checker and saved entry of each callback and data source
     that checks its own state."""
-    from beyondfit.core.state import _callback_key
-
     saved = state.get("callbacks", {})
     if not isinstance(saved, Mapping):
         raise _fail("callbacks", saved, "a mapping")
     for cb in engine.callbacks:
-        key = _callback_key(cb)
+        key = state_key(cb)
         checker = getattr(cb, "state_problem", None)
         if key in saved and callable(checker) and callable(getattr(cb, "load_state_dict", None)):
             yield f"callbacks.{key}", checker, saved[key]
