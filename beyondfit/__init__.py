@@ -26,15 +26,18 @@ def _starting_the_command_line() -> bool:
 
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
-    """SIGINT before the command line is loaded: one line, status 130, at once."""
-    os.write(2, b"\nbeyondfit: interrupted (SIGINT)\n")
-    os._exit(130)  # nothing has started: nothing to clean up
+    """SIGINT or SIGTERM before the command line is loaded: one line, status 130 or 143,
+    at once."""
+    name = "SIGTERM" if signum == signal.SIGTERM else "SIGINT"
+    os.write(2, f"\nbeyondfit: interrupted ({name})\n".encode())
+    os._exit(128 + signum)  # nothing has started: nothing to clean up
 
 
 if _starting_the_command_line():
     # From here to the command line's own handling, Python (runpy) and the imports run;
     # a KeyboardInterrupt there would be a traceback. beyondfit.__main__ takes over.
-    signal.signal(signal.SIGINT, _interrupted_while_starting)
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(_signum, _interrupted_while_starting)
 
 # Each public name and the module that defines it (its one home; this is its one re-export).
 # Everything else is imported from its own module: beyondfit.core.device, .checkpoint.interrupt,

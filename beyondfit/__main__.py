@@ -13,7 +13,8 @@ from beyondfit import _interrupted_while_starting
 
 def main() -> None:
     """The ``beyondfit`` console script and ``python -m beyondfit``."""
-    signal.signal(signal.SIGINT, _interrupted_while_starting)  # nothing has started yet
+    for signum in (signal.SIGINT, signal.SIGTERM):  # nothing has started yet
+        signal.signal(signum, _interrupted_while_starting)
     from beyondfit.cli.app import main as cli_main
 
     cli_main()  # which puts Python's KeyboardInterrupt back, inside its own try

@@ -235,9 +235,12 @@ def main() -> None:
             # Python's finalization then puts SIG_DFL back for a Python handler, and a Ctrl-C
             # landing after that killed the process (status -2, not 130). Ignored stays ignored.
             atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
+            # SIGTERM outside training (start-up, the report after the last epoch) would end
+            # the process without a word; during training GracefulInterrupt takes it over.
+            signal.signal(signal.SIGTERM, _terminated)
         _main()
-    except KeyboardInterrupt:
-        interrupted()
+    except KeyboardInterrupt as exc:
+        interrupted("SIGTERM" if isinstance(exc, Terminated) else "SIGINT")
     finally:
         # Done, failed or interrupted: a Ctrl-C while Python shuts down (atexit hooks, torch's
         # finalizers) exits with 130 at once instead of a traceback from inside them.
@@ -245,12 +248,22 @@ def main() -> None:
             signal.signal(signal.SIGINT, lambda *_: os._exit(130))
 
 
-def interrupted() -> None:
-    """The one line and exit status of a Ctrl-C outside training."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside training: ends the run as Ctrl-C does there (cleanups run), with 143."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+def interrupted(name: str = "SIGINT") -> None:
+    """The one line and exit status (130, or 143 for SIGTERM) of a signal outside training."""
+    code = 143 if name == "SIGTERM" else 130
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, lambda *_: os._exit(130))  # a third one: at once
-    print("\nbeyondfit: interrupted (SIGINT)", file=sys.stderr)
-    sys.exit(130)
+        for signum in (signal.SIGINT, signal.SIGTERM):  # a second one: at once
+            signal.signal(signum, lambda *_: os._exit(code))
+    print(f"\nbeyondfit: interrupted ({name})", file=sys.stderr)
+    sys.exit(code)
 
 
 def _main() -> None:

@@ -349,10 +349,15 @@ def test_a_checkpoint_with_non_finite_weights_is_never_written(
 
 @pytest.mark.e2e
 # ---------------------------------------------------------------- Ctrl-C during start-up
-@pytest.mark.parametrize("after", ["beyondfit", "torch", "hydra", "beyondfit.cli.app"])
-def test_ctrl_c_during_start_up_is_one_line_and_130(tmp_path: Path, after: str) -> None:
-    """SIGINT right after a given module finished importing (``-X importtime`` says when),
-    i.e. before beyondfit's handler exists: one line, exit status 130, no traceback."""
+@pytest.mark.parametrize(("after", "signum"), [
+    ("beyondfit", signal.SIGINT), ("torch", signal.SIGINT), ("hydra", signal.SIGINT),
+    ("beyondfit.cli.app", signal.SIGINT), ("beyondfit", signal.SIGTERM),
+    ("beyondfit.cli.app", signal.SIGTERM)])
+def test_ctrl_c_during_start_up_is_one_line_and_130(tmp_path: Path, after: str,
+                                                    signum: signal.Signals) -> None:
+    """SIGINT (or SIGTERM) right after a given module finished importing (``-X importtime``
+    says when), i.e. before beyondfit's handler exists: one line, exit status 130 (143), no
+    traceback."""
     proc = subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "beyondfit", *REGRESSION,
          f"hydra.run.dir={tmp_path / 'run'}"],
@@ -363,9 +368,43 @@ def test_ctrl_c_during_start_up_is_one_line_and_130(tmp_path: Path, after: str) 
     for line in proc.stderr:
         if finished.match(line.rstrip()):
             break
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     rest = proc.stderr.read()
     proc.wait(timeout=120)
     lines = [ln for ln in rest.splitlines() if ln.strip() and not ln.startswith("import time:")]
-    assert proc.returncode == 130, rest[-2000:]
-    assert lines == ["beyondfit: interrupted (SIGINT)"], rest[-2000:]
+    assert proc.returncode == 128 + signum, rest[-2000:]
+    assert lines == [f"beyondfit: interrupted ({signum.name})"], rest[-2000:]
+
+
+#: The command line with its report slowed down: the moment after the last epoch.
+SLOW_REPORT = """
+import sys, time
+import beyondfit.cli.run as run_module
+real = run_module.final_record
+def slow(*args, **kwargs):
+    print("REPORTING", file=sys.stderr, flush=True)
+    time.sleep(120)
+    return real(*args, **kwargs)
+run_module.final_record = slow
+from beyondfit.cli.app import main
+main()
+"""
+
+
+@pytest.mark.e2e
+def test_sigterm_after_the_last_epoch_is_one_line_and_143(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_REPORT, *REGRESSION,
+                             f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("REPORTING"):
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    proc.wait(timeout=120)
+    assert proc.returncode == 143, rest[-2000:]
+    assert [ln for ln in rest.splitlines() if ln.strip()] == [
+        "beyondfit: interrupted (SIGTERM)"], rest[-2000:]
+    assert (run / "metrics.jsonl").exists() and not (run / "result.json").exists()
