@@ -124,3 +124,13 @@ def test_resuming_a_doctored_checkpoint_is_one_line_exit_2_and_the_file_untouche
                "train.max_steps=200", cwd=tmp_path)
     one_line_exit_2(done, "cannot be restored, nothing was changed: data: buffer.position=10000")
     assert path.read_bytes() == written
+
+
+def test_resuming_with_a_smaller_budget_names_the_budget(saved: dict[str, Any]) -> None:
+    envs = make_vector_env("Pendulum-v1", 2, sync=True)
+    agent = OffPolicyAgent(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+    smaller = ReplayCollector(envs, agent, **{**OPTIONS, "total_env_steps": 150})
+    with pytest.raises(BeyondfitError, match=r"^env_steps=184 is not a whole number in \[0, 150\] "
+                                             r"\(this run's task.total_env_steps\): resume with "
+                                             r"the run's own budget"):
+        smaller.load_state_dict(copy.deepcopy(saved))
