@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import zipfile
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,11 +80,13 @@ class Table:
         return BeyondfitError(f"data file {str(self.path)!r} {reason}")
 
 
-def read_table(path: str | Path, target: str | None = None) -> Table:
+def read_table(path: str | Path, target: str | None = None, *, narrow: bool = False) -> Table:
     """Read a CSV (header row; ``target`` names the target column) or an ``.npz`` (``x``, ``y``).
 
     Raises :class:`BeyondfitError` naming the file and the reason for any file that cannot
-    be read as a table.
+    be read as a table. ``narrow``: refuse, before a cell is parsed, a table with at least as
+    many feature columns as rows (a model needs more rows than inputs: the supervised tasks'
+    rule), so that a very wide table is one line at once, not minutes of parsing.
     """
     path = Path(path)
     if not path.exists():
@@ -99,9 +102,9 @@ def read_table(path: str | Path, target: str | None = None) -> Table:
         )
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return _read_npz(path)
+        return _read_npz(path, narrow)
     if suffix in (".csv", ".txt"):
-        return _read_csv(path, target)
+        return _read_csv(path, target, narrow)
     raise BeyondfitError(
         f"data file {str(path)!r} has suffix {suffix!r}; use a .csv (with task.data.target) "
         "or an .npz with arrays x and y"
@@ -159,7 +162,17 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
-def _read_csv(path: Path, target: str | None) -> Table:
+def _check_shape(path: Path, rows: int, features: int, targets: int) -> None:
+    """``narrow``'s rule: fewer feature columns than rows."""
+    if features >= rows:
+        raise BeyondfitError(
+            f"data file {str(path)!r} is {rows} rows x {features + targets} columns: {features} "
+            f"feature columns for {rows} rows; a model needs more rows than columns: add rows "
+            "or drop columns"
+        )
+
+
+def _read_csv(path: Path, target: str | None, narrow: bool = False) -> Table:
     text = _read_text(path)
     reader = csv.reader(io.StringIO(text, newline=""))
     rows: list[list[str]] = []
@@ -177,6 +190,8 @@ def _read_csv(path: Path, target: str | None) -> Table:
         raise BeyondfitError(f"data file {str(path)!r} is empty; it needs a header row and data")
     header = [h.strip() for h in rows[0]]
     shown = ", ".join(_show(h, quote=False) for h in header[:30])
+    if len(header) > 30:
+        shown += f", ... ({len(header)} in all)"
     if len(rows) < 2:
         raise BeyondfitError(f"data file {str(path)!r} has a header but no data rows")
     if target is None:
@@ -190,7 +205,7 @@ def _read_csv(path: Path, target: str | None) -> Table:
             f"target column {_show(target)} is not in {str(path)!r} (columns: {shown}); "
             "set task.data.target to one of them"
         )
-    duplicated = sorted({h for h in header if header.count(h) > 1})
+    duplicated = sorted(h for h, n in Counter(header).items() if n > 1)
     if duplicated:
         raise BeyondfitError(
             f"data file {str(path)!r} has the column name(s) {duplicated} more than once; "
@@ -198,6 +213,8 @@ def _read_csv(path: Path, target: str | None) -> Table:
         )
     if len(header) < 2:
         raise BeyondfitError(f"data file {str(path)!r} has no feature columns besides the target")
+    if narrow:
+        _check_shape(path, len(rows) - 1, len(header) - 1, 1)
     for row, line in zip(rows[1:], lines[1:]):
         if len(row) != len(header):
             raise BeyondfitError(
@@ -248,7 +265,7 @@ def _parse_column(path: Path, name: str, cells: tuple[str, ...], labels: list[st
 
 
 # ------------------------------------------------------------------------- .npz
-def _read_npz(path: Path) -> Table:
+def _read_npz(path: Path, narrow: bool = False) -> Table:
     try:
         with np.load(path, allow_pickle=False) as archive:
             missing = [k for k in ("x", "y") if k not in archive.files]
@@ -277,8 +294,10 @@ def _read_npz(path: Path) -> Table:
         raise BeyondfitError(
             f"data file {str(path)!r}: x has {len(x)} rows but y has {len(y)}; align them"
         )
-    labels = [f"row {i + 1}" for i in range(len(x))]
     x = x.reshape(len(x), -1)
+    if narrow:
+        _check_shape(path, len(x), x.shape[1], int(np.prod(y.shape[1:], dtype=np.int64)))
+    labels = [f"row {i + 1}" for i in range(len(x))]
     features = [_npz_column(path, f"x{j}", "x", x[:, j], labels) for j in range(x.shape[1])]
     y = y.reshape(len(y), -1)
     # Several numeric outputs (multi-output regression) stay one 2-D column.

@@ -85,7 +85,10 @@ def read_source(
         )
     if data.get("path"):
         target = data.get("target")
-        return read_table(Path(str(data["path"])).expanduser(), None if target is None else target)
+        # narrow: the rule prepare_features holds (more training rows than inputs), checked
+        # on the table's shape before its cells are parsed.
+        return read_table(Path(str(data["path"])).expanduser(),
+                          None if target is None else target, narrow=True)
     x, y = bundled()
     return table_from_arrays(name, x, y)
 

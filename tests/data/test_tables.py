@@ -155,13 +155,60 @@ def test_constant_target_is_refused(tmp_path: Path) -> None:
 def test_more_columns_than_rows_is_refused(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "wide.npz", x=rng.normal(size=(20, 30)), y=rng.normal(size=20))
-    with pytest.raises(BeyondfitError, match="gives 30 input columns but only 16 training rows"):
+    with pytest.raises(BeyondfitError, match=r"wide\.npz' is 20 rows x 31 columns: 30 feature "
+                       r"columns for 20 rows; a model needs more rows than columns"):
+        regression.build(data={"path": str(tmp_path / "wide.npz")})
+    np.savez(tmp_path / "wide.npz", x=rng.normal(size=(20, 18)), y=rng.normal(size=20))
+    with pytest.raises(BeyondfitError, match="gives 18 input columns but only 16 training rows"):
         regression.build(data={"path": str(tmp_path / "wide.npz")})
     # An identifier column one-hot encoded is the usual way to get there: it is named.
     path = tmp_path / "ids.csv"
     path.write_text("id,a,y\n" + "".join(f"p{i},{i % 3},{i * 0.5}\n" for i in range(30)))
     with pytest.raises(BeyondfitError, match="24 of them from text column 'id'"):
         regression.build(data={"path": str(path), "target": "y"})
+
+
+def wide_csv(path: Path, columns: int, rows: int, cell: str = "1") -> Path:
+    """A header ``x0,...,y`` and ``rows`` rows of ``cell`` in every column."""
+    header = ",".join([*(f"x{j}" for j in range(columns - 1)), "y"])
+    path.write_text(header + "\n" + (",".join([cell] * columns) + "\n") * rows)
+    return path
+
+
+def test_a_table_wider_than_long_is_refused_before_a_cell_is_parsed(tmp_path: Path) -> None:
+    # Every cell a word in a numeric column would be its own error: the shape comes first.
+    path = wide_csv(tmp_path / "wide.csv", 5_000, 50, cell="oops")
+    for build in (regression.build, classification.build):
+        with pytest.raises(BeyondfitError) as info:
+            build(data={"path": str(path), "target": "y"})
+        message = str(info.value)
+        assert f"{str(path)!r} is 50 rows x 5000 columns: 4999 feature columns for 50 rows" \
+            in message
+        assert "add rows or drop columns" in message and "\n" not in message
+    with pytest.raises(BeyondfitError, match=r"columns: x0, x1, .*, x29, \.\.\. \(5000 in all\)"):
+        read_table(path)  # no target named: the columns it could be, and how many
+    # The reader alone reads it (load_table's callers may want any shape).
+    assert len(read_table(wide_csv(path, 5_000, 50), "y").features) == 4_999
+
+
+def test_duplicate_names_among_100000_columns_are_found_at_once(tmp_path: Path) -> None:
+    # header.count() per column was quadratic: minutes at 100,000 columns.
+    path = tmp_path / "dup.csv"
+    path.write_text(",".join([*(f"x{j}" for j in range(100_000)), "x7", "y"]) + "\n"
+                    + ",".join(["1"] * 100_002) + "\n")
+    with pytest.raises(BeyondfitError, match=r"the column name\(s\) \['x7'\] more than once"):
+        read_table(path, "y")
+
+
+@pytest.mark.e2e
+def test_the_issues_100000_column_50_row_csv_is_one_line(tmp_path: Path) -> None:
+    # It printed nothing for 5 minutes; now the shape is refused before any expensive step.
+    wide_csv(tmp_path / "wide.csv", 100_001, 50)
+    done = cli("+task=regression", "task.data.path=wide.csv", "task.data.target=y",
+               "hydra.run.dir=run", cwd=tmp_path, timeout=120)
+    one_line_exit_2(done, "wide.csv' is 50 rows x 100001 columns: 100000 feature columns for "
+                    "50 rows", "add rows or drop columns")
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_text_and_missing_targets_are_refused(tmp_path: Path) -> None:
