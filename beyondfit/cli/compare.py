@@ -90,8 +90,7 @@ def find_runs(dirs: Sequence[str | Path]) -> list[Run]:
 
 
 def _result(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``result.json`` record, or ``None`` (with a warning saying why when the file
-    is there but is no record: a FIFO, JSON nested past the stack, ...)."""
+    """The run's record, or ``None``, with a warning when result.json is there but no record."""
     record, why = load_result(run_dir)
     if why is not None:
         _warn(run_dir / RESULT_FILE, f"{why}; its last logged values are used")
@@ -127,10 +126,7 @@ def _read_yaml(path: Path) -> Any:
 
     try:
         return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except RecursionError:
-        _warn(path, "it is nested deeper than a config can be")
-        return None
-    except (OSError, UnicodeError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeError, RecursionError, yaml.YAMLError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _warn(path, f"it cannot be read ({reason})")
         return None
@@ -328,10 +324,8 @@ def compare(
         raise BeyondfitError("give at least one run or sweep directory")
     out_dir = Path(out) if out is not None else Path(dirs[0])
     if out is not None and out_dir.exists() and not out_dir.is_dir():
-        raise BeyondfitError(
-            f"--out {str(out_dir)!r} is a file, not a folder; give a folder for compare.png, "
-            "compare_scores.png and compare.md (it is made if missing)"
-        )
+        raise BeyondfitError(f"--out {str(out_dir)!r} is a file, not a folder; give a folder "
+                             "for compare.png, compare_scores.png and compare.md")
     require_matplotlib()
     settings = group_runs(find_runs(dirs))
     names = list(metrics) if metrics else metric_names(settings)
@@ -347,10 +341,8 @@ def compare(
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise BeyondfitError(
-            f"--out {str(out_dir)!r} cannot be made a folder ({exc.strerror or exc}); "
-            "give a folder you can write to"
-        ) from None
+        raise BeyondfitError(f"--out {str(out_dir)!r} cannot be made a folder "
+                             f"({exc.strerror or exc}); give a folder you can write to") from None
     png = plot(settings, names, out_dir / "compare.png")
     plot_scores(settings, names, out_dir / "compare_scores.png")
     sources = ", ".join(f"`{d}`" for d in dirs)

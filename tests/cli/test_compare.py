@@ -268,6 +268,16 @@ def test_a_deeply_nested_result_or_row_and_a_row_that_is_not_an_object_are_skipp
     assert captured.err.count("\n") == 1 and "result.json was ignored" in captured.err
 
 
+def test_a_deeply_nested_hydra_record_is_one_warning(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
+    (run / ".hydra" / "config.yaml").write_text(DEEP)  # PyYAML composes it recursively
+    main([str(run)])
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "config.yaml was ignored, it cannot be read" in err
+
+
 def test_a_result_value_too_large_for_a_float_is_not_a_value(tmp_path: Path) -> None:
     run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
     (run / "result.json").write_text('{"values": {"val_loss": 1%s}}' % ("0" * 400))
