@@ -10,6 +10,7 @@ fails, naming the mark. So the unit tests alone,
 
 import multiprocessing.process
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # `import kit` from an
 from kit import Recorder
 
 torch.set_num_threads(1)
+# Asked once here, then cached: a library asking for it (mlflow's import does) would otherwise
+# run `uname -p` in a process inside a unit test, and fail only where nothing asked before.
+platform.processor()
 
 
 class StartsAProcess(BaseException):

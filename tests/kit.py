@@ -328,3 +328,41 @@ def torchrun(*args: str, cwd: Path, nproc: int = 2) -> subprocess.CompletedProce
          f"--nproc_per_node={nproc}", "-m", "beyondfit", *args],
         cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
+
+
+def killed_and_resumed(overrides: list[str], steps: int, tmp_path: Path, kill_from: int
+                       ) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """An off-policy run killed with SIGKILL at a random step from ``kill_from`` on, then
+    resumed, beside the same run uninterrupted: ``(resumed, reference, context)``, the two
+    final checkpoints (of step ``steps``) once the model, counters and metrics rows were found
+    equal, and the seed line for further asserts."""
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR, run
+    from beyondfit.core.serialization import safe_load
+
+    ref = tmp_path / "reference"
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[*overrides, *QUIET])
+    run(cfg, ref)
+    run_dir = tmp_path / "run"
+    proc, log = launch([*overrides, *QUIET, f"hydra.run.dir={run_dir}"], tmp_path)
+    rng = random.Random(SEED)
+    stop_at(proc, log, run_dir, kill_from + rng.randrange(60), signal.SIGKILL, rng, False)
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    proc, _ = launch([*overrides, *QUIET, f"resume={run_dir}"], tmp_path, delay=0.0)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert "bitwise" not in stderr, stderr  # no warning that the envs could not be rebuilt
+    final = f"step-{steps:08d}.pt"
+    got = safe_load(run_dir / "checkpoints" / final)
+    expected = safe_load(ref / "checkpoints" / final)
+    context = f"seed {SEED}"
+    for key, value in expected["model"].items():  # the targets' call counts included
+        same = torch.equal(got["model"][key], value) if isinstance(value, torch.Tensor) \
+            else got["model"][key] == value
+        assert same, f"{key} differs ({context})"
+    assert got["counters"] == expected["counters"], context
+    assert rows(run_dir) == rows(ref), context
+    return got, expected, context

@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.strategy import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
-from beyondfit.tasks.contract import bind_updates
+from beyondfit.tasks.contract import Task, bind_updates
 
 log = logging.getLogger("beyondfit")
 
@@ -108,10 +109,53 @@ def _run(cfg: DictConfig, run_dir: Path) -> list[dict[str, float]]:
             release_run_dir(run_dir)
 
 
+@dataclass
+class Run:
+    """What :func:`build_run` makes of a config: the task, the engine that trains it, the
+    engine's callbacks (the stopwatch first, the interrupt handler last) and the debug
+    group's settings."""
+
+    task: Task
+    engine: Engine
+    callbacks: list[Callback]
+    interrupt: GracefulInterrupt
+    stopwatch: Stopwatch
+    checks: dict[str, Any]
+
+
 def _train(
     cfg: DictConfig, run_dir: Path, strategy: Any, started: float, first_part: bool = False
 ) -> list[dict[str, float]]:
-    # first_part (debug.resume_check): one step and a checkpoint, no report; a resume follows.
+    """Build, maybe resume, fit, report. ``first_part`` (``debug.resume_check``): one step
+    and a checkpoint, no report; a resume follows."""
+    run = build_run(cfg, run_dir, strategy)
+    if cfg.get("resume"):
+        resume_run(run, cfg, run_dir, strategy)
+    try:
+        history = fit_run(run, cfg, first_part)
+        record = report_run(run, cfg, run_dir) if strategy.is_main and not first_part else None
+        if record is None:
+            close_data(run.task)
+    except BaseException as exc:
+        # The tracked run ends too: killed (resume=RUN_DIR continues it) or failed.
+        status = "killed" if isinstance(exc, (TrainingInterrupted, KeyboardInterrupt)) else "failed"
+        end_trackers(run.callbacks, status)
+        raise
+    # After the task's finish: the trackers send the files it wrote (policy.pt) too.
+    end_trackers(run.callbacks, "finished", record)
+    log.info(
+        "done: %d optimizer steps in %.1fs of training (%.1fs with building the task and the "
+        "reports); metrics in %s",
+        run.engine.global_step,
+        run.stopwatch.seconds,
+        time.perf_counter() - started,
+        run_dir / "metrics.jsonl",
+    )
+    return history
+
+
+def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
+    """The task, its engine and every callback ``cfg`` asks for, in one place."""
     checks = debug.settings(cfg)
     if cfg.get("threads"):
         # Intra-op threads cost more than they give on small models, and oversubscribed
@@ -123,8 +167,6 @@ def _train(
     task = build_task(cfg.task)
     if checks["overfit_batches"]:
         debug.overfit(task, int(checks["overfit_batches"]))
-    optimizer = build_optimizer(cfg.optimizer)
-    train = cfg.train
     stopwatch = Stopwatch()  # first: the training time the summary gives
     callbacks: list[Callback] = [stopwatch]
     if strategy.is_main:
@@ -132,8 +174,8 @@ def _train(
             MetricsFile(run_dir / "metrics.jsonl"),
             *output_callbacks(cfg, run_dir),  # progress, the logger group's picks, curves.png
         ]
-    if train.get("stop"):
-        callbacks.append(StopRule(str(train.stop)))
+    if cfg.train.get("stop"):
+        callbacks.append(StopRule(str(cfg.train.stop)))
     callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
     options = engine_options(cfg.engine)
     options.pop("strategy", None)
@@ -143,69 +185,59 @@ def _train(
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
     # A task with several optimizers (SAC) gets each built from the optimizer group.
-    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, optimizer,
+    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer),
                                                  build_scheduler(cfg.get("scheduler")), options)
-    engine = Engine(
-        task.model,
-        loss_fn,
-        optimizer,
-        scheduler=scheduler,
-        device=str(cfg.device),
-        callbacks=callbacks,
-        strategy=strategy,
-        **options,
-    )
-    if cfg.get("resume"):
-        engine.train_data = task.train_data  # its saved position is checked with the rest
-        resume_engine(engine, cfg)
-        if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
-            engine.resumed_stop = None
-            # Extended, once the checkpoint is accepted: no longer finished until it finishes
-            # again (a kill meanwhile resumes).
-            if strategy.is_main:
-                (run_dir / RESULT_FILE).unlink(missing_ok=True)
-    try:
-        # SIGINT/SIGTERM: finish the step, checkpoint, raise TrainingInterrupted
-        with interrupt, debug.checks(checks):
-            history = engine.fit(
-                task.train_data,
-                epochs=int(train.epochs),
-                max_steps=1 if first_part else train.get("max_steps"),
-                val_data=task.val_data,
-                eval_every=train.get("eval_every") or task.eval_every,
-            )
-        if engine.stopped_by:
-            log.info("stopped early: %s", engine.stopped_by)
-        record: dict[str, Any] | None = None
-        reports = strategy.is_main and not first_part  # the task's finish may save artifacts
-        if reports:
-            if task.finish is not None:
-                for line in task.finish(engine, run_dir) or []:
-                    log.info("%s", line)
-            # What the run ended with, last: its presence says every other file is written.
-            record = final_record(engine, callbacks, objective_settings(cfg))
-            log.info("%s", result_line(record, write_result(run_dir, record)))
-        else:
-            for data in (task.train_data, task.val_data):  # e.g. this rank's environments
-                close = getattr(data, "close", None)
-                if callable(close):
-                    close()
-    except BaseException as exc:
-        # The tracked run ends too: killed (resume=RUN_DIR continues it) or failed.
-        status = "killed" if isinstance(exc, (TrainingInterrupted, KeyboardInterrupt)) else "failed"
-        end_trackers(callbacks, status)
-        raise
-    # After the task's finish: the trackers send the files it wrote (policy.pt) too.
-    end_trackers(callbacks, "finished", record)
-    log.info(
-        "done: %d optimizer steps in %.1fs of training (%.1fs with building the task and the "
-        "reports); metrics in %s",
-        engine.global_step,
-        stopwatch.seconds,
-        time.perf_counter() - started,
-        run_dir / "metrics.jsonl",
-    )
+    engine = Engine(task.model, loss_fn, optimizer, scheduler=scheduler, device=str(cfg.device),
+                    callbacks=callbacks, strategy=strategy, **options)
+    return Run(task, engine, callbacks, interrupt, stopwatch, checks)
+
+
+def resume_run(run: Run, cfg: DictConfig, run_dir: Path, strategy: Any) -> None:
+    """Continue the checkpoint ``cfg.resume`` names (its data position included)."""
+    run.engine.train_data = run.task.train_data  # its saved position is checked with the rest
+    resume_engine(run.engine, cfg)
+    if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
+        run.engine.resumed_stop = None
+        # Extended, once the checkpoint is accepted: no longer finished until it finishes
+        # again (a kill meanwhile resumes).
+        if strategy.is_main:
+            (run_dir / RESULT_FILE).unlink(missing_ok=True)
+
+
+def fit_run(run: Run, cfg: DictConfig, first_part: bool = False) -> list[dict[str, float]]:
+    """Train as ``cfg.train`` says; SIGINT/SIGTERM finish the step, checkpoint and raise
+    :class:`TrainingInterrupted`."""
+    train, task = cfg.train, run.task
+    with run.interrupt, debug.checks(run.checks):
+        history = run.engine.fit(
+            task.train_data,
+            epochs=int(train.epochs),
+            max_steps=1 if first_part else train.get("max_steps"),
+            val_data=task.val_data,
+            eval_every=train.get("eval_every") or task.eval_every,
+        )
+    if run.engine.stopped_by:
+        log.info("stopped early: %s", run.engine.stopped_by)
     return history
+
+
+def report_run(run: Run, cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
+    """The task's own report (it may save artifacts), then the final record, written last:
+    its presence says every other file is written."""
+    if run.task.finish is not None:
+        for line in run.task.finish(run.engine, run_dir) or []:
+            log.info("%s", line)
+    record = final_record(run.engine, run.callbacks, objective_settings(cfg))
+    log.info("%s", result_line(record, write_result(run_dir, record)))
+    return record
+
+
+def close_data(task: Task) -> None:
+    """Close what the task's data holds open (e.g. this rank's environments)."""
+    for data in (task.train_data, task.val_data):
+        close = getattr(data, "close", None)
+        if callable(close):
+            close()
 
 
 # Settings a checkpoint cannot continue under: another task, another optimizer algorithm.

@@ -4,7 +4,6 @@ loss (plain and Double), its mistakes as one-line errors, and algo=dqn on the co
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import gymnasium as gym
@@ -22,7 +21,7 @@ from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.rl.offpolicy_losses import dqn_loss
 from beyondfit.rl.replay import ReplayBatch
 
-from kit import cli
+from kit import cli, killed_and_resumed
 
 QUIET = ["device=cpu", "progress.bar=false", "plots=false"]
 
@@ -265,44 +264,12 @@ def test_a_budget_below_learning_starts_is_one_line_before_any_env_step(tmp_path
 
 @pytest.mark.e2e
 def test_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
-    from hydra import compose, initialize_config_dir
-
-    from beyondfit.cli.run import CONF_DIR, run
-
-    import kit as resume_kit
-
     overrides = ["+task=cartpole", "algo=dqn", "task.total_env_steps=1100",
                  "task.replay.learning_starts=100", "task.eval_every_env_steps=100000",
                  "task.eval_episodes=2", "task.hidden=[16]", "checkpoint.every=25",
                  "task.replay.train_freq=4", "task.replay.gradient_steps=1",
                  "task.loss.target_every=20"]
-    steps = 250  # (1100 - 100) / 4
-    ref = tmp_path / "reference"
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[*overrides, *resume_kit.QUIET])
-    run(cfg, ref)
-    run_dir = tmp_path / "run"
-    proc, log = resume_kit.launch([*overrides, *resume_kit.QUIET, f"hydra.run.dir={run_dir}"],
-                                  tmp_path)
-    rng = __import__("random").Random(resume_kit.SEED)
-    resume_kit.stop_at(proc, log, run_dir, 100 + rng.randrange(60), signal.SIGKILL, rng, False)
-    proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL
-    proc, _ = resume_kit.launch([*overrides, *resume_kit.QUIET, f"resume={run_dir}"], tmp_path,
-                                delay=0.0)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
-    assert "bitwise" not in stderr, stderr  # no warning that the envs could not be rebuilt
-    final = f"step-{steps:08d}.pt"
-    got = safe_load(run_dir / "checkpoints" / final)
-    expected = safe_load(ref / "checkpoints" / final)
-    context = f"seed {resume_kit.SEED}"
-    for key, value in expected["model"].items():  # the target's call count included
-        same = torch.equal(got["model"][key], value) if isinstance(value, torch.Tensor) \
-            else got["model"][key] == value
-        assert same, f"{key} differs ({context})"
-    assert got["counters"] == expected["counters"], context
-    assert resume_kit.rows(run_dir) == resume_kit.rows(ref), context
+    got, expected, context = killed_and_resumed(overrides, 250, tmp_path, kill_from=100)
     assert got["data"]["exploration"] == expected["data"]["exploration"], context
     assert torch.equal(got["data"]["buffer"]["rows"], expected["data"]["buffer"]["rows"]), context
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context

@@ -4,7 +4,6 @@ on the command line (end to end, a loss of one's own, play, kill -9 + resume bit
 from __future__ import annotations
 
 import logging
-import signal
 import textwrap
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.rl.offpolicy_losses import sac_loss
 
-from kit import cli
+from kit import cli, killed_and_resumed
 
 QUIET = ["device=cpu", "progress.bar=false", "plots=false"]
 
@@ -269,42 +268,10 @@ def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 def test_sac_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
-    import kit as resume_kit
-
     overrides = ["+task=pendulum", "algo=sac", "task.total_env_steps=230",
                  "task.replay.learning_starts=30", "task.eval_every_env_steps=100000",
                  "task.eval_episodes=2", "task.hidden=[16]", "checkpoint.every=20"]
-    steps = 200
-    ref = tmp_path / "reference"
-    from hydra import compose, initialize_config_dir
-
-    from beyondfit.cli.run import CONF_DIR, run
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=[*overrides, *resume_kit.QUIET])
-    run(cfg, ref)
-    run_dir = tmp_path / "run"
-    args = [*overrides, *resume_kit.QUIET, f"hydra.run.dir={run_dir}"]
-    proc, log = resume_kit.launch(args, tmp_path)
-    rng = __import__("random").Random(resume_kit.SEED)
-    resume_kit.stop_at(proc, log, run_dir, 90 + rng.randrange(60), signal.SIGKILL, rng, False)
-    proc.communicate(timeout=600)
-    assert proc.returncode == -signal.SIGKILL
-    proc, _ = resume_kit.launch([*overrides, *resume_kit.QUIET, f"resume={run_dir}"], tmp_path,
-                                delay=0.0)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
-    assert "bitwise" not in stderr, stderr  # no warning that the envs could not be rebuilt
-    final = f"step-{steps:08d}.pt"
-    got = safe_load(run_dir / "checkpoints" / final)
-    expected = safe_load(ref / "checkpoints" / final)
-    context = f"seed {resume_kit.SEED}"
-    for key, value in expected["model"].items():  # the targets' call counts included
-        same = torch.equal(got["model"][key], value) if isinstance(value, torch.Tensor) \
-            else got["model"][key] == value
-        assert same, f"{key} differs ({context})"
-    assert got["counters"] == expected["counters"], context
-    assert resume_kit.rows(run_dir) == resume_kit.rows(ref), context
+    got, expected, context = killed_and_resumed(overrides, 200, tmp_path, kill_from=90)
     buffer, buffer_ref = got["data"]["buffer"], expected["data"]["buffer"]
     assert buffer["size"] == buffer_ref["size"] == 230
     assert torch.equal(buffer["rows"], buffer_ref["rows"]), context
