@@ -24,7 +24,7 @@ TINY = {"task.total_env_steps": "400", "task.replay.learning_starts": "100",
         "device": "cpu"}
 COMMANDS = (
     "python -m beyondfit +task=cartpole algo=dqn",
-    "python -m beyondfit +task=cartpole algo=dqn task.loss.double=true",
+    "python -m beyondfit +task=cartpole algo=dqn task.loss.double=false",
     "python -m beyondfit +task=acrobot algo=dqn",
     "python -m beyondfit +task=lunarlander algo=dqn",
     "python -m beyondfit --config-dir conf +task=pendulum algo=two_ensembles",
