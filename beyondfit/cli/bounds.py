@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.envs import MAX_ENVS
 
 FLOAT = 4  # bytes
 #: The smallest transition row: one-value observations and actions (``2 o + a + 3``).
@@ -56,6 +55,8 @@ def needs(task: Mapping[str, Any]) -> list[tuple[str, int]]:
         rows = f"task.replay.batch_size={batch}"
     elif collector:  # on-policy: a minibatch of a rollout of num_envs x rollout_steps
         copies = 2  # the actor and the critic
+        from beyondfit.rl.envs import MAX_ENVS  # (an RL task: gymnasium loads anyway)
+
         envs = _count(task.get("num_envs"))
         envs = envs if envs <= MAX_ENVS else 1  # more: the task's own line names the limit
         steps = _count(collector.get("rollout_steps"))
