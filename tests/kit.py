@@ -235,6 +235,16 @@ class SendSignal(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+def readme_block(heading: str, kind: str) -> str:
+    """The first ```KIND code block of the README section under ``heading`` (a ``## `` line),
+    as a user copies it."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n{heading}\n")
+    end = text.find("\n## ", start + 1)
+    body = text[start: end if end != -1 else None].split(f"```{kind}\n", 1)[1]
+    return body[: body.index("```")]
+
+
 def readme_commands(text: str | None = None) -> list[str]:
     """Every command line of the README's fenced bash blocks, as typed: comment lines dropped,
     a trailing ``  # comment`` cut, backslash continuations joined with one space.

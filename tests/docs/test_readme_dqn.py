@@ -13,9 +13,8 @@ import torch
 
 from beyondfit.core.serialization import safe_load
 
-from kit import cli, rows
+from kit import cli, readme_block, rows
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "## Off-policy: DQN and your own algorithm"
 # The smallest budget that still trains: keys the commands set themselves are replaced.
 TINY = {"task.total_env_steps": "400", "task.replay.learning_starts": "100",
@@ -31,15 +30,8 @@ COMMANDS = (
 )
 
 
-def section() -> str:
-    text = README.read_text()
-    start = text.index(f"\n{HEADING}\n")
-    return text[start: text.index("\n## ", start + 1)]
-
-
 def block(kind: str) -> str:
-    body = section().split(f"```{kind}\n", 1)[1]
-    return body[: body.index("```")]
+    return readme_block(HEADING, kind)
 
 
 def with_tiny_budget(line: str, run_dir: Path) -> list[str]:

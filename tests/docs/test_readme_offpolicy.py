@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import cli
+from kit import cli, readme_block
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 HEADING = "## Off-policy: SAC and TD3"
 # The smallest budget that still trains: keys the commands set themselves are replaced.
 TINY = {"task.total_env_steps": "120", "task.replay.learning_starts": "40",
@@ -18,15 +17,8 @@ TINY = {"task.total_env_steps": "120", "task.replay.learning_starts": "40",
         "progress.bar": "false", "plots": "false", "device": "cpu"}
 
 
-def section() -> str:
-    text = README.read_text()
-    start = text.index(f"\n{HEADING}\n")
-    return text[start: text.index("\n## ", start + 1)]
-
-
 def block(kind: str) -> str:
-    body = section().split(f"```{kind}\n", 1)[1]
-    return body[: body.index("```")]
+    return readme_block(HEADING, kind)
 
 
 @pytest.mark.e2e
