@@ -235,6 +235,30 @@ class SendSignal(Callback):
             os.kill(os.getpid(), self.signum)
 
 
+#: The source of a user's own env module (``myenvs.py``): a 5-cell corridor, Discrete actions.
+#: Tests append their own registration (and wrappers) to it.
+CORRIDOR_ENV = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Corridor(gym.Env):
+    """Start at 0 of 0..4; right/left; +1 for each step spent at 4."""
+
+    observation_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = 0
+        return np.array([self.x], np.float32), {}
+
+    def step(self, action):
+        self.x = min(4, max(0, self.x + (1 if action == 1 else -1)))
+        return np.array([self.x], np.float32), float(self.x == 4), False, False, {}
+'''
+
+
 def readme_block(heading: str, kind: str) -> str:
     """The first ```KIND code block of the README section under ``heading`` (a ``## `` line),
     as a user copies it."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import rows, wait_for_file
+from kit import CORRIDOR_ENV, rows, wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The section's command lines, as the coverage test (docs/test_commands_covered.py) knows them.
@@ -109,26 +109,7 @@ LOSS_BLOCK = "\n  loss:\n    _target_: mymod.my_loss\n    beta: 1.0\n"
 USER_ALGO = re.sub(r"\n  loss:\n(    .*\n)+", LOSS_BLOCK,
                    (ROOT / "conf" / "algo" / "ppo.yaml").read_text())
 
-USER_ENVS = '''
-import gymnasium as gym
-import numpy as np
-
-
-class Corridor(gym.Env):
-    """Start at 0 of 0..4; right/left; +1 for each step spent at 4."""
-
-    observation_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.x = 0
-        return np.array([self.x], np.float32), {}
-
-    def step(self, action):
-        self.x = min(4, max(0, self.x + (1 if action == 1 else -1)))
-        return np.array([self.x], np.float32), float(self.x == 4), False, False, {}
-
+USER_ENVS = CORRIDOR_ENV + '''
 
 gym.register("Corridor-v0", entry_point="myenvs:Corridor", max_episode_steps=64)
 '''

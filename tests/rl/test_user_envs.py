@@ -13,29 +13,11 @@ from beyondfit import BeyondfitError
 from beyondfit.cli.builders import build_task
 from beyondfit.rl.envs import make_vector_env
 
-from kit import cli
+from kit import CORRIDOR_ENV, cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
-USER_ENVS = '''
-"""A corridor: start at 0, actions left/right, +1 per step spent at the right end."""
-import gymnasium as gym
-import numpy as np
-
-
-class Corridor(gym.Env):
-    observation_space = gym.spaces.Box(0.0, 4.0, (1,), np.float32)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed=None, options=None):
-        super().reset(seed=seed)
-        self.x = 0
-        return np.array([self.x], np.float32), {}
-
-    def step(self, action):
-        self.x = min(4, max(0, self.x + (1 if action == 1 else -1)))
-        return np.array([self.x], np.float32), float(self.x == 4), False, False, {}
-
+USER_ENVS = CORRIDOR_ENV + '''
 
 class ScaleReward(gym.RewardWrapper):
     def __init__(self, env, factor: float = 1.0):
