@@ -67,6 +67,47 @@ def test_lower_layers_do_not_import_the_command_line() -> None:
             assert not bad, f"{folder}/{path.name} imports {sorted(bad)}"
 
 
+def runtime_imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules a file imports when it runs (deferred imports included, type
+    checkers' ``if TYPE_CHECKING:`` imports not): ``from pkg import mod`` names ``pkg.mod``."""
+    tree = ast.parse(path.read_text())
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names}
+            names.update(submodules & modules or {node.module})
+    return names & modules
+
+
+def test_no_import_circles() -> None:
+    """Each module's imports lead down, never back to itself: a circle makes import order
+    matter and hides which layer owns what (the strategy is chosen above the strategies)."""
+    files = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+        ".__init__"): p for p in PACKAGE.rglob("*.py")}
+    graph = {name: runtime_imports(path, set(files)) - {name} for name, path in files.items()}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> list[str] | None:
+        for nxt in sorted(graph[start]):
+            if nxt == goal:
+                return [start, goal]
+            if nxt not in seen:
+                seen.add(nxt)
+                path = reaches(nxt, goal, seen)
+                if path:
+                    return [start, *path]
+        return None
+
+    for name in sorted(graph):
+        circle = reaches(name, name, set())
+        assert circle is None, " -> ".join(circle)
+
+
 def test_the_top_level_holds_entry_points_only_and_modules_stay_small() -> None:
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 6, top

@@ -185,16 +185,15 @@ def finished_resume(args: list[str]) -> bool:
         elif sep and key == "resume_extend":
             extend = value.lower() == "true"
         elif sep and key == "hydra.run.dir":
-            elsewhere = Path(value).expanduser().resolve()
-    if resume is None or extend or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
+            elsewhere = Path(value)
+    if resume is None or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
         return False
-    from beyondfit.cli.result import already_finished_line, finished_run  # loads torch
+    from beyondfit.cli.result import already_finished  # loads torch
 
-    finished = finished_run(resume)
-    if finished is None or (elsewhere is not None and elsewhere != finished[0]):
-        return False  # not finished, or a branch into a directory of its own
-    print(f"beyondfit: {already_finished_line(*finished)}")
-    return True
+    finished = already_finished(resume, extend, elsewhere)
+    if finished is not None:
+        print(f"beyondfit: {finished}")
+    return finished is not None
 
 
 def _follow(cfg: DictConfig, run_dir: str) -> None:
@@ -291,7 +290,7 @@ def _main() -> None:
         # torchrun started one copy of this per rank. Compose once: rank 0 alone runs Hydra
         # (one run directory, one .hydra/, one log) and sends every job to the others.
         from beyondfit.cli.jobs import follow_jobs
-        from beyondfit.core.strategy import process_strategy
+        from beyondfit.distributed.connector import process_strategy
         from beyondfit.distributed.launch import init_process_group, shutdown
 
         init_process_group(env)

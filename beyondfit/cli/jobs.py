@@ -21,7 +21,7 @@ def world_size() -> int:
 
 
 def _strategy() -> Any:
-    from beyondfit.core.strategy import process_strategy  # torch: only with several ranks
+    from beyondfit.distributed.connector import process_strategy  # torch: only with several ranks
 
     return process_strategy()
 

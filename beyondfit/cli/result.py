@@ -114,14 +114,21 @@ def load_result(run_dir: str | Path) -> tuple[dict[str, Any] | None, str | None]
     return record, None
 
 
-def finished_run(resume: str) -> tuple[Path, dict[str, Any]] | None:
-    """The run directory ``resume=PATH`` continues and its record, if that run finished."""
-    run_dir = resume_run_dir(resume)
-    record = None if run_dir is None else read_result(run_dir)
-    if record is None or record.get("status") != "finished":
+def already_finished(resume: Any, extend: bool, run_dir: Path | None = None) -> str | None:
+    """The one decision of ``resume=PATH`` on a finished run: the line that says so (the
+    run then does nothing), or ``None`` to resume. A run is finished when PATH's run
+    directory holds a finished record; ``resume_extend=true`` trains it further, and a run
+    given a directory of its own (``run_dir`` other than PATH's) is a branch, not a resume.
+    ``run_dir=None``: the run continues in PATH's directory."""
+    if resume in (None, "", "null") or extend:
         return None
-    assert run_dir is not None
-    return run_dir, record
+    home = resume_run_dir(str(resume))
+    record = None if home is None else read_result(home)
+    if home is None or record is None or record.get("status") != "finished":
+        return None
+    if run_dir is not None and Path(run_dir).expanduser().resolve() != home:
+        return None
+    return already_finished_line(home, record)
 
 
 def already_finished_line(run_dir: Path, record: Mapping[str, Any]) -> str:

@@ -34,9 +34,8 @@ from beyondfit.cli.builders import (
 from beyondfit.cli.configs import CONF_DIR, available, no_task_message
 from beyondfit.cli.result import (
     RESULT_FILE,
-    already_finished_line,
+    already_finished,
     final_record,
-    finished_run,
     result_line,
     result_value,
     write_result,
@@ -51,7 +50,7 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
-from beyondfit.core.strategy import resolve_strategy
+from beyondfit.distributed.connector import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 from beyondfit.tasks.contract import Task, bind_updates
 
@@ -94,10 +93,9 @@ def _run(cfg: DictConfig, run_dir: Path) -> list[dict[str, float]]:
     # One live run per directory (the command line took the lock before Hydra wrote there).
     claimed = strategy.is_main and claim_run_dir(run_dir, resuming=bool(cfg.get("resume")))
     try:
-        finished = finished_run(str(cfg.resume)) if cfg.get("resume") else None
-        at_home = finished is not None and finished[0] == run_dir.resolve()  # not a branch
-        if at_home and not cfg.get("resume_extend"):
-            log.info("%s", already_finished_line(*finished))
+        finished = already_finished(cfg.get("resume"), bool(cfg.get("resume_extend")), run_dir)
+        if finished is not None:
+            log.info("%s", finished)
             return []
         if debug.settings(cfg)["resume_check"]:  # +debug=fast: train, checkpoint, resume, train
             return debug.with_resume_check(
@@ -197,7 +195,7 @@ def resume_run(run: Run, cfg: DictConfig, run_dir: Path, strategy: Any) -> None:
     run.engine.train_data = run.task.train_data  # its saved position is checked with the rest
     resume_engine(run.engine, cfg)
     if cfg.get("resume_extend"):  # train on past the stop the checkpoint recorded
-        run.engine.resumed_stop = None
+        run.engine.position.extend()
         # Extended, once the checkpoint is accepted: no longer finished until it finishes
         # again (a kill meanwhile resumes).
         if strategy.is_main:

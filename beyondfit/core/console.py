@@ -15,10 +15,11 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
+from beyondfit.core.logs import visible_logs
 from beyondfit.core.options import check_option
 
 if TYPE_CHECKING:
@@ -133,6 +134,28 @@ def progress_callback(
         )  # fmt: skip
     # No bar: the plain logger alone, so not even a no-op hook runs per step.
     return ConsoleLogger(epochs=epochs, every=every)
+
+
+@contextlib.contextmanager
+def fit_progress(callbacks: list[Callback], verbose: bool | str, epochs: int | None,
+                 max_steps: int | None, is_main: bool) -> Iterator[None]:
+    """``fit(verbose=...)``: while the fit runs, a progress callback for its length (unless
+    ``callbacks`` already show progress) and its log lines shown; bars closed on Ctrl-C."""
+    added = None
+    if verbose and is_main and not any(isinstance(cb, ConsoleLogger) for cb in callbacks):
+        added = progress_callback(epochs, bar=verbose if verbose == "auto" else True,
+                                  max_steps=max_steps)
+        callbacks.append(added)
+    try:
+        with visible_logs() if added is not None else contextlib.nullcontext():
+            yield
+    except KeyboardInterrupt:  # a notebook's "interrupt kernel": leave no bar half drawn
+        for bar in [c for c in callbacks if isinstance(c, ProgressBar)]:
+            bar.close()
+        raise
+    finally:
+        if added is not None:
+            callbacks.remove(added)
 
 
 def _check_refresh(refresh: Any) -> None:

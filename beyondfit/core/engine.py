@@ -1,6 +1,8 @@
 """The one step engine: every kind of learning goes through :class:`Engine`.
 
-The loop: epochs, evaluation, callbacks, state; one micro-batch is :mod:`beyondfit.core.step`.
+What it is built from and what it offers; the epoch loop is :mod:`beyondfit.core.loop`, one
+micro-batch :mod:`beyondfit.core.step`, where a (resumed) run goes on from
+:mod:`beyondfit.core.position`, and what a checkpoint holds :mod:`beyondfit.core.state`.
 A *step* here is one engine step: ``accumulate`` micro-batches (calls of the loss closure),
 after which every optimizer due in it steps once. ``global_step``, ``max_steps``,
 ``log_every``, ``eval_every`` and schedulers count steps, never micro-batches.
@@ -8,31 +10,30 @@ after which every optimizer due in it steps once. ``global_step``, ``max_steps``
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
 from beyondfit.core import guards
-from beyondfit.core.callbacks import Callback, overrides
+from beyondfit.core.callbacks import Callback
 from beyondfit.core.checks import NonFiniteCheck
 from beyondfit.core.compiled import compile_steps
-from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback
-from beyondfit.core.errors import BeyondfitError, no_train_batches
+from beyondfit.core.console import fit_progress
 from beyondfit.core.evaluation import Evaluation
 from beyondfit.core.forward import ForwardPath
-from beyondfit.core.logs import visible_logs
+from beyondfit.core.loop import EpochLoop
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_option
+from beyondfit.core.position import Counter, RunPosition
 from beyondfit.core.precision import Precision
-from beyondfit.core.state import Checkpointable, Counter, TrainState
+from beyondfit.core.state import Checkpointable
 from beyondfit.core.step import Window
-from beyondfit.core.strategy import Strategy, resolve_strategy
+from beyondfit.core.strategy import Strategy
 from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint, planned_steps
+from beyondfit.distributed.connector import resolve_strategy
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,9 @@ class Engine(Checkpointable):
         self.train_metrics = MetricTracker()
         # Under DDP, logged values are reduced over all ranks (a collective at compute time).
         reducer = self.train_metrics.reducer = self.strategy.metric_reducer()
-        self.state = TrainState()  # the counters; all saved in checkpoints
+        # The counters (all saved in checkpoints) and how the next fit goes on: resume.
+        self.position = RunPosition()
+        self.state = self.position.counters
         # The step: micro-batches in, optimizer steps out (core/step.py).
         self.window = Window(updates, self.accumulate, self.forward, self.precision,
                              self.strategy, check, self.train_metrics, self.state, self.device,
@@ -159,7 +162,6 @@ class Engine(Checkpointable):
         self.evaluation = Evaluation(updates, self.forward, self.precision, self.strategy,
                                      self.train_metrics, reducer, self.device, programs)
         self.val_metrics = self.evaluation.metrics
-        self._resumed = False  # the next fit continues a loaded run (its totals count)
         self.should_stop = False
         self.stopped_by: str | None = None
         # Set (to e.g. "SIGINT") by a callback that must stop *now*: fit then leaves the
@@ -169,7 +171,6 @@ class Engine(Checkpointable):
         self.history: list[dict[str, float]] = []
         self.last_val: dict[str, float] = {}
         self.train_data: Any = None
-        self._pending_data_state: Any = None
 
     @property
     def forward_model(self) -> Any:
@@ -225,159 +226,22 @@ class Engine(Checkpointable):
         check_option("fit.epochs", epochs)
         check_option("fit.max_steps", max_steps)
         check_option("fit.eval_every", eval_every)
-        if not isinstance(train_data, Iterable):
-            raise BeyondfitError("train_data must be an iterable of batches, got "
-                                 f"{type(train_data).__name__}")
-        if epochs is None and max_steps is None:
-            epochs = 1
-        if not self._resumed:  # "more", counted from where this engine stands
-            epochs = None if epochs is None else self.state.epoch + epochs - (
-                1 if self.state.batch_in_epoch else 0)
-            max_steps = None if max_steps is None else self.state.global_step + max_steps
-        self._resumed = False
-        plateau = [u for u in self.updates if u.plateau]
-        if plateau and val_data is None:
-            raise BeyondfitError(
-                "a ReduceLROnPlateau scheduler steps on a validation value: pass val_data, "
-                "or use a scheduler that follows the step count"
-            )
+        guards.fit_arguments(train_data, val_data, self.updates)
+        epochs, max_steps = self.position.targets(epochs, max_steps)  # totals from the start
         # Under DDP this rank's shard (the one place data is sharded), then run-length schedulers.
         self.train_data = train_data = self.strategy.shard_train(train_data)
         for update in [u for u in self.updates if u.needs_run_length]:
             update.schedule_over(planned_steps(train_data, epochs, max_steps, self.accumulate))
-        if self._pending_data_state is not None and hasattr(train_data, "load_state_dict"):
-            train_data.load_state_dict(self._pending_data_state)
-        self._pending_data_state = None
-        shows = any(isinstance(cb, ConsoleLogger) for cb in self.callbacks)
-        added = None
-        if verbose and not shows and self.strategy.is_main:
-            added = progress_callback(epochs, bar=verbose if verbose == "auto" else True,
-                                      max_steps=max_steps)
-            self.callbacks.append(added)
+        self.position.attach(train_data)  # a loaded checkpoint's data position
         try:
-            with visible_logs() if added is not None else contextlib.nullcontext():
-                return self._fit(train_data, epochs, max_steps, val_data, eval_every)
+            with fit_progress(self.callbacks, verbose, epochs, max_steps, self.strategy.is_main):
+                return EpochLoop(self, max_steps, val_data, eval_every).run(train_data, epochs)
         except KeyboardInterrupt:  # a notebook's "interrupt kernel": keep the last whole step
             self.window.abandon()
-            for bar in [c for c in self.callbacks if isinstance(c, ProgressBar)]:
-                bar.close()
             raise
         finally:
-            if added is not None:
-                self.callbacks.remove(added)
             if self.compile_report is not None and self.strategy.is_main:  # once per fit
                 log.info("%s", self.compile_report.line())
-
-    def _fit(self, train_data: Any, epochs: int | None, max_steps: int | None, val_data: Any,
-             eval_every: int | None) -> list[dict[str, float]]:
-        state = self.state
-        self.should_stop = False
-        self.stopped_by = None
-        self.interrupted = None
-        step_hooks = [cb for cb in self.callbacks if overrides(cb, "on_step_end")]
-        self._emit("on_fit_start")
-        if max_steps is not None and state.global_step >= max_steps:
-            self.should_stop = True
-        end_only = self.take_resumed_stop()  # saved after a stop: only its epoch's end left
-        one_shot = isinstance(train_data, Iterator)  # a generator: one pass only
-        first_epoch = state.epoch
-        while (epochs is None or state.epoch < epochs) and (not self.should_stop or end_only):
-            resuming = state.batch_in_epoch > 0
-            if not resuming:
-                self.train_metrics.reset()
-            self._emit("on_epoch_start")
-            self.strategy.set_epoch(train_data, state.epoch)  # distributed samplers reshuffle
-            batches: Iterable[Any] = train_data
-            if end_only or (resuming and state.data_exhausted):
-                # Saved after the data ran out (in the final partial window's step): the
-                # data source is already at its next pass; only the epoch's end remains.
-                batches = ()
-            elif resuming and not hasattr(train_data, "load_state_dict"):
-                # A plain iterable cannot seek: skip what the interrupted epoch consumed.
-                batches = itertools.islice(train_data, state.batch_in_epoch, None)
-            if not resuming:
-                state.evaluated_at = -1
-            state.data_exhausted = False
-            for batch in batches:
-                before = state.global_step
-                self.train_step(batch)  # (a subclass or a test may wrap it)
-                state.batch_in_epoch += 1
-                if state.global_step == before:
-                    continue
-                self._after_step(val_data, eval_every, max_steps, step_hooks)
-                if self.should_stop:
-                    break
-            else:
-                state.data_exhausted = state.data_exhausted or not end_only
-                if self.window.micro and self.window.close():  # cut short by the data's end
-                    self._after_step(val_data, eval_every, max_steps, step_hooks)
-            if self.interrupted:
-                break  # the epoch stays open: resuming continues it mid-way
-            if state.batch_in_epoch == 0 and not resuming:
-                done = state.epoch - first_epoch
-                raise BeyondfitError(no_train_batches(train_data, one_shot, done))
-            finished_epoch = not self.should_stop or self._epoch_exhausted()
-            logs = self._train_logs()
-            if val_data is not None and state.evaluated_at != state.global_step:
-                self._run_eval(val_data)  # every history row carries current val_ values
-            logs.update(self.last_val)
-            logs["epoch"] = float(state.epoch + 1)
-            logs["step"] = float(state.global_step)
-            if finished_epoch:
-                state.epoch += 1
-                state.batch_in_epoch = 0
-            self.history.append(logs)
-            self._emit("on_epoch_end", logs)
-            end_only = False
-        self._emit("on_fit_end", self.history)
-        return self.history
-
-    def _after_step(self, val_data: Any, eval_every: int | None, max_steps: int | None,
-                    step_hooks: list[Any]) -> None:
-        """After a step: log row, evaluation, step budget, then ``on_step_end``."""
-        step = self.state.global_step
-        if step % self.log_every == 0:
-            self._emit("on_log", self._train_logs())
-        if val_data is not None and eval_every and step % eval_every == 0:
-            self._run_eval(val_data)
-            self.state.evaluated_at = step
-        if max_steps is not None and step >= max_steps:
-            self.should_stop = True
-        # Last, so a checkpoint written here includes this step's log rows.
-        for callback in step_hooks:
-            callback.on_step_end(self)
-        # Under DDP a stop on one rank (a signal, a callback) stops every rank here: one
-        # small host-side all-reduce per step, only when there are several ranks.
-        if self.strategy.is_distributed:
-            self.should_stop, self.interrupted = self.strategy.agree_stop(self.should_stop,
-                                                                          self.interrupted)
-
-    def _train_logs(self) -> dict[str, float]:
-        """The tracked means, each optimizer's learning rate, and what the training data
-        reports about itself: a data source's ``metrics() -> {name: float}`` (a collector's
-        ``env_steps``, episode returns); under DDP the names in its ``metric_totals`` are
-        summed over ranks, the others averaged."""
-        logs = self.train_metrics.compute()
-        for update in self.updates:
-            logs[update.prefix + "lr"] = update.lr()
-        report = getattr(self.train_data, "metrics", None)
-        if callable(report):
-            totals = getattr(self.train_data, "metric_totals", ())
-            logs.update(self.strategy.reduce_report(report(), totals))
-        return logs
-
-    def _epoch_exhausted(self) -> bool:  # stopped on the data's last batch: epoch done
-        try:
-            return self.state.batch_in_epoch >= len(self.train_data)
-        except TypeError:
-            return False
-
-    def _run_eval(self, val_data: Any) -> None:
-        self.last_val = self.evaluate(val_data)
-        for update in self.updates:
-            if update.plateau:
-                update.scheduler.step(update.tracked.read(self.last_val))  # type: ignore[union-attr]
-        self._emit("on_eval_end", self.last_val)
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, data: Any) -> dict[str, float]:
@@ -394,7 +258,3 @@ class Engine(Checkpointable):
         """Score one batch as :meth:`train_step` runs it, minus the update, into
         ``val_metrics``; call it under ``model.eval()`` and ``torch.inference_mode()``."""
         self.evaluation.step(batch)
-
-    def _emit(self, hook: str, *args: Any) -> None:
-        for callback in self.callbacks:
-            getattr(callback, hook)(self, *args)

@@ -5,7 +5,7 @@ inside ``fit``, an evaluator's result. The engine calls them as ``guards.NAME``.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import torch
@@ -47,6 +47,19 @@ def optimizers(model: nn.Module, updates: Sequence[Any]) -> None:
                 "it from model.parameters(), or pass a factory such as "
                 "functools.partial(torch.optim.SGD, lr=0.1)"
             )
+
+
+def fit_arguments(train_data: Any, val_data: Any, updates: Sequence[Any]) -> None:
+    """Refuse training data that is not iterable, and a ``ReduceLROnPlateau`` scheduler
+    without the validation data it steps on."""
+    if not isinstance(train_data, Iterable):
+        raise BeyondfitError("train_data must be an iterable of batches, got "
+                             f"{type(train_data).__name__}")
+    if val_data is None and any(u.plateau for u in updates):
+        raise BeyondfitError(
+            "a ReduceLROnPlateau scheduler steps on a validation value: pass val_data, "
+            "or use a scheduler that follows the step count"
+        )
 
 
 def not_reentrant(method: Method) -> Method:

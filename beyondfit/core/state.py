@@ -1,17 +1,11 @@
-"""What a checkpoint restores: the run's counters (:class:`TrainState`, one ``state_dict``)
-and the engine's whole state (:class:`Checkpointable`).
-
-A *step* is one engine step (``global_step``): ``accumulate`` micro-batches, after which every
-optimizer due in it steps once; a *micro-batch* is one call of the loss closure
-(``batch_in_epoch`` counts them).
-"""
+"""What a checkpoint holds of an engine, and its restore: whole or not at all
+(:class:`Checkpointable`). Where the run goes on from is :mod:`beyondfit.core.position`'s."""
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,51 +14,6 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
 from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
 from beyondfit.core.state_checks import check_checkpoint_fields
-
-
-@dataclass
-class TrainState:
-    """Counters of a run, all saved in checkpoints.
-
-    Attributes:
-        global_step: optimizer steps applied.
-        epoch: completed passes over the training data.
-        batch_in_epoch: micro-batches consumed in the current epoch.
-        skipped_steps: micro-batches dropped for non-finite values.
-        evaluated_at: optimizer step of this epoch's last evaluation (-1: none yet).
-        data_exhausted: this epoch's pass over the data has ended (only its end remains).
-    """
-
-    global_step: int = 0
-    epoch: int = 0
-    batch_in_epoch: int = 0
-    skipped_steps: int = 0
-    evaluated_at: int = -1
-    data_exhausted: bool = False
-
-    def state_dict(self) -> dict[str, Any]:
-        """The counters as plain values."""
-        return asdict(self)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` in place; counters an older checkpoint lacks take their
-        default."""
-        for field in fields(self):
-            value = state.get(field.name, field.default)
-            setattr(self, field.name, type(field.default)(value))
-
-
-class Counter:
-    """``engine.global_step`` and friends: a view of the field of ``engine.state``."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, engine: Any, owner: type | None = None) -> Any:
-        return self if engine is None else getattr(engine.state, self.name)
-
-    def __set__(self, engine: Any, value: Any) -> None:
-        setattr(engine.state, self.name, value)
 
 
 class Checkpointable:
@@ -96,20 +45,6 @@ class Checkpointable:
         }
         return state
 
-    #: The stop a loaded checkpoint recorded (``stopped_by``), until the next fit takes it.
-    resumed_stop: str | None = None
-
-    def take_resumed_stop(self) -> bool:
-        """At the start of a fit: a checkpoint saved after a stop (a stop rule, early stopping)
-        trains no more. Sets ``should_stop``/``stopped_by``; True when the stopped epoch's end
-        is still to be logged (the checkpoint came before it)."""
-        stopped, self.resumed_stop = self.resumed_stop, None
-        if stopped is None:
-            return False
-        end_only = not (self.history and self.history[-1].get("step") == self.state.global_step)
-        self.should_stop, self.stopped_by = True, stopped
-        return end_only
-
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
         """Restore :meth:`state_dict`, whole or not at all.
 
@@ -127,18 +62,17 @@ class Checkpointable:
                                  f"training data ({type(self.train_data).__name__}) keeps its "
                                  "position in checkpoints; resume from a checkpoint of this run")
         before = copy.deepcopy(self.state_dict())  # tensors cloned: a load writes in place
-        pending = self._pending_data_state
+        position = copy.copy(self.position.__dict__)
         try:
             self._restore(state, source)
         except _PartError as failed:
             try:
                 self._restore(before, source)
             finally:
-                self._pending_data_state = pending
+                self.position.__dict__.update(position)
             raise BeyondfitError(f"{source} cannot be restored, nothing was changed: "
                                  f"{failed.field}: {failed.reason}") from None
         self.window.reset()
-        self._resumed = True
 
     def _restore(self, state: Mapping[str, Any], source: str) -> None:
         """Load every part's entry of ``state``; a failing part raises :class:`_PartError`."""
@@ -153,9 +87,6 @@ class Checkpointable:
                 self.precision.load_state_dict(state["scaler"])
         self.state.load_state_dict(state["counters"])  # in place: the window holds it
         self.last_val = dict(state.get("last_val", {}))
-        stopped = state.get("stopped_by")
-        # The next fit trains no more (see Engine._fit); resume_extend clears it.
-        self.resumed_stop = stopped if isinstance(stopped, str) else None
         with _part("metrics"):
             self.train_metrics.load_state_dict(state["metrics"], self.device)
         self.history = [dict(row) for row in state.get("history", [])]
@@ -167,11 +98,8 @@ class Checkpointable:
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
                 with _part(f"callbacks.{key}"):
                     cb.load_state_dict(saved_callbacks[key])
-        self._pending_data_state = state.get("data")
-        if self._pending_data_state is not None and hasattr(self.train_data, "load_state_dict"):
-            with _part("data"):
-                self.train_data.load_state_dict(self._pending_data_state)
-            self._pending_data_state = None
+        with _part("data"):  # the next fit goes on from here (core/position.py)
+            self.position.restored(state.get("stopped_by"), state.get("data"), self.train_data)
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
         """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically."""

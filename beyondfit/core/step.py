@@ -30,8 +30,8 @@ from beyondfit.core.device import move_to_device
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.outputs import unpack_output
+from beyondfit.core.position import TrainState
 from beyondfit.core.precision import Precision
-from beyondfit.core.state import TrainState
 from beyondfit.core.strategy import Strategy
 from beyondfit.core.update import Update
 

@@ -18,8 +18,10 @@ PyTorch's DistributedDataParallel:
   :meth:`~Strategy.all_gather`, :meth:`~Strategy.broadcast`, :meth:`~Strategy.barrier` and a
   boolean decision, :meth:`~Strategy.any_rank`. Code with no engine at hand (a collector's
   running statistics, PPO's KL stop, the command line sharing its job) asks
-  :func:`process_strategy`. No module outside this one and :mod:`beyondfit.distributed` calls
-  ``torch.distributed`` (``tests/test_architecture.py`` holds it).
+  :func:`~beyondfit.distributed.connector.process_strategy`; which strategy a launch gets is
+  chosen there too, above the strategies. No module outside this one and
+  :mod:`beyondfit.distributed` calls ``torch.distributed`` (``tests/test_architecture.py``
+  holds it).
 """
 
 from __future__ import annotations
@@ -33,8 +35,6 @@ import torch
 from torch import nn
 
 from beyondfit.core.device import resolve_device
-from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_option
 
 # One stateless, reentrant no-op context for the hot path (no object per step).
 _NULL_CONTEXT = contextlib.nullcontext()
@@ -129,46 +129,3 @@ class Strategy:
 
     def barrier(self) -> None:
         """Wait for every rank."""
-
-
-#: The single-process strategy.
-
-_SINGLE = Strategy()
-
-
-def process_strategy() -> Strategy:
-    """The strategy of this process's launch, for code that has no engine at hand: DDP's
-    collectives when ``torch.distributed`` runs several ranks, the single-process identities
-    otherwise (then without importing anything)."""
-    from beyondfit.distributed.launch import world_size
-
-    if world_size() == 1:
-        return _SINGLE
-    from beyondfit.distributed.ddp import DDPStrategy
-
-    return DDPStrategy.for_process()
-
-
-def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
-    """``"auto"`` (DDP under a multi-process torchrun launch), ``"none"`` or ``"ddp"``."""
-    if isinstance(strategy, Strategy):
-        return strategy
-    name = "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
-    # Deferred: the launch environment and DDP live a layer above the engine's package.
-    from beyondfit.distributed.launch import launch_env, world_size
-
-    env = launch_env()
-    several = (env is not None and env.world_size > 1) or world_size() > 1
-    if name == "none":
-        if several:
-            count = max(world_size(), env.world_size if env else 1)
-            raise BeyondfitError(
-                f"strategy='none' but this is one of {count} processes started by "
-                "torchrun; use strategy='auto' or start one process with python"
-            )
-        return Strategy()
-    if name == "ddp" or several:
-        from beyondfit.distributed.ddp import DDPStrategy
-
-        return DDPStrategy()
-    return Strategy()

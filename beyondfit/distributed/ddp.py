@@ -296,7 +296,7 @@ class DDPStrategy(Strategy):
     @classmethod
     def for_process(cls) -> DDPStrategy:
         """One strategy per process group, for code with no engine at hand (see
-        :func:`~beyondfit.core.strategy.process_strategy`)."""
+        :func:`~beyondfit.distributed.connector.process_strategy`)."""
         group = dist.group.WORLD
         cached = _PROCESS.get("strategy")
         if cached is None or _PROCESS.get("group") is not group:

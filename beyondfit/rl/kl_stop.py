@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from beyondfit.core.options import check_number
-from beyondfit.core.strategy import process_strategy
+from beyondfit.distributed.connector import process_strategy
 
 
 class TargetKL:

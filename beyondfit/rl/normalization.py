@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.strategy import process_strategy
+from beyondfit.distributed.connector import process_strategy
 
 
 def batch_moments(x: torch.Tensor) -> torch.Tensor:

@@ -65,7 +65,7 @@ def test_a_part_refusing_its_entry_leaves_the_whole_engine_as_it_was(tmp_path: P
                                  "callbacks.Picky: ValueError: seen=-3 is not a count")
     # The model, optimizer, counters and metrics had been loaded before the callback: all back.
     assert same(snapshot(engine), before) and torch.equal(torch.get_rng_state(), rng)
-    assert engine.global_step == 5 and not engine._resumed
+    assert engine.global_step == 5 and not engine.position.loaded
 
     state["callbacks"]["Picky"] = {"seen": 10}
     engine.load_state_dict(state)  # the same engine takes a good checkpoint afterwards

@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
 from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
 from beyondfit.core.seeding import rank_seed
-from beyondfit.core.strategy import Strategy, resolve_strategy
+from beyondfit.core.strategy import Strategy
 from beyondfit.distributed import (
     DDPStrategy,
     DistributedModel,
@@ -34,6 +34,7 @@ from beyondfit.distributed import (
     rank_device,
     shutdown,
 )
+from beyondfit.distributed.connector import resolve_strategy
 
 from kit import Recorder, mse, rows, torchrun
 
