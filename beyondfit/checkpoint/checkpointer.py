@@ -26,7 +26,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.monitor import Monitor, check_mode
 from beyondfit.core.options import check_option
 from beyondfit.core.serialization import nonfinite_entries
-from beyondfit.core.state_checks import field_problem
+from beyondfit.core.state_checks import check_fields
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -241,12 +241,9 @@ class Checkpointer(Callback):
         """The best value so far and where it was, so a resumed run keeps comparing to it."""
         return {"best": self.best, "best_step": self.best_step, "monitor": self.monitor}
 
-    def state_problem(self, state: Any) -> str | None:
-        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        return field_problem(state, {"best": "real_or_none", "best_step": "count_or_none"})
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (ignored when the monitored metric changed)."""
+        check_fields(state, {"best": "real_or_none", "best_step": "count_or_none"})
         if state.get("monitor") == self.monitor:
             self.best = state.get("best")
             self.best_step = state.get("best_step")

@@ -27,7 +27,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
-from beyondfit.core.state_checks import field_problem, is_real
+from beyondfit.core.state_checks import FieldError, check_fields, is_real
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -183,22 +183,16 @@ class EarlyStopping(Callback):
             "best_weights": self._best_weights,
         }
 
-    def state_problem(self, state: Any) -> str | None:
-        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        problem = field_problem(state, {"best": "real", "best_epoch": "count",
-                                        "best_step": "count", "wait": "count", "seen": "count"})
-        if problem:
-            return problem
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a :meth:`state_dict` (checked first: its types and ranges)."""
+        check_fields(state, {"best": "real", "best_epoch": "count", "best_step": "count",
+                             "wait": "count", "seen": "count"})
         logs, weights = state.get("best_logs", {}), state.get("best_weights")
         if not isinstance(logs, Mapping) or not all(is_real(v) for v in logs.values()):
-            return "best_logs is not a mapping of names to numbers"
+            raise FieldError("best_logs is not a mapping of names to numbers")
         if weights is not None and not (isinstance(weights, Mapping) and all(
                 isinstance(v, torch.Tensor) for v in weights.values())):
-            return "best_weights is not a mapping of names to tensors"
-        return None
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from a :meth:`state_dict`."""
+            raise FieldError("best_weights is not a mapping of names to tensors")
         self.best = float(state["best"])
         self.best_epoch = int(state["best_epoch"])
         self.best_step = int(state["best_step"])

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import fail, is_count
 
 
 def is_metric_object(value: Any) -> bool:
@@ -192,6 +193,13 @@ class MetricTracker:
     def load_state_dict(self, state: Mapping[str, Any], device: torch.device) -> None:
         """Restore what :meth:`state_dict` returned, placing sums on ``device``; each metric
         object's state is merged into it when the closure first returns it."""
+        sums, counts = state.get("sums"), state.get("counts")
+        if not isinstance(sums, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in sums.items()):
+            raise fail("sums", sums, "a mapping of names to tensors")
+        if not isinstance(counts, Mapping) or not all(
+                isinstance(k, str) and is_count(v) for k, v in counts.items()):
+            raise fail("counts", counts, "a mapping of names to counts")
         self._sums = {k: v.to(device) for k, v in state["sums"].items()}
         self._counts = dict(state["counts"])
         self._pending = {str(k): dict(v) for k, v in dict(state.get("objects") or {}).items()}

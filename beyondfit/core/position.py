@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from beyondfit.core.state_checks import MAX_COUNT, fail, is_count
+
 
 @dataclass
 class TrainState:
@@ -43,7 +45,15 @@ class TrainState:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` in place; counters an older checkpoint lacks take their
-        default."""
+        default. Checked first: whole numbers in range, an evaluation no later than the step."""
+        for name, value in state.items():
+            if name == "data_exhausted":
+                if not isinstance(value, bool):
+                    raise fail(name, value, "true or false")
+            elif not is_count(value, -1 if name == "evaluated_at" else 0):
+                raise fail(name, value, f"a whole number in [0, {MAX_COUNT}]")
+        if state.get("evaluated_at", -1) > state.get("global_step", 0):
+            raise fail("evaluated_at", state["evaluated_at"], "at most global_step")
         for field in fields(self):
             value = state.get(field.name, field.default)
             setattr(self, field.name, type(field.default)(value))

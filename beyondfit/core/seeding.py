@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
+
+from beyondfit.core.state_checks import fail
 
 
 def seed_everything(seed: int) -> None:
@@ -46,20 +49,38 @@ def rng_state() -> dict[str, Any]:
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    """Restore what :func:`rng_state` captured."""
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    np_state = state["numpy"]
-    np.random.set_state(
-        (
-            np_state["kind"],
-            np_state["keys"].numpy().astype(np.uint32),
-            np_state["pos"],
-            np_state["has_gauss"],
-            np_state["cached"],
-        )
-    )
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def set_rng_state(state: Any) -> None:
+    """Restore what :func:`rng_state` captured. Each state is first set on a scratch
+    generator, so that one that does not fit raises :class:`FieldError` naming it before any
+    global generator changes."""
+    if not isinstance(state, Mapping):
+        raise fail("rng", state, "a mapping of generator states")
+    python = random.Random()
+    try:
+        version, internal, gauss = state["python"]
+        python.setstate((version, tuple(internal), gauss))
+    except Exception:
+        raise fail("python", state.get("python"), "Python's random state") from None
+    numpy = np.random.RandomState()
+    try:
+        saved = state["numpy"]
+        keys = saved["keys"]
+        if not isinstance(keys, torch.Tensor) or keys.shape != (624,):
+            raise ValueError
+        numpy.set_state((saved["kind"], keys.numpy().astype(np.uint32), saved["pos"],
+                         saved["has_gauss"], saved["cached"]))
+    except Exception:
+        raise fail("numpy", type(state.get("numpy")).__name__, "NumPy's random state") from None
+    value = state.get("torch")
+    if not (isinstance(value, torch.Tensor) and value.dtype == torch.uint8
+            and value.shape == torch.get_rng_state().shape):
+        raise fail("torch", value, "torch's CPU generator state")
+    cuda = state.get("cuda", [])
+    if not isinstance(cuda, list | tuple) or not all(
+            isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in cuda):
+        raise fail("cuda", cuda, "a list of CUDA generator states")
+    random.setstate(python.getstate())
+    np.random.set_state(numpy.get_state())
+    torch.set_rng_state(value)
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)

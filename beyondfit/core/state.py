@@ -9,11 +9,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from beyondfit.core.callbacks import state_key
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
-from beyondfit.core.serialization import atomic_save, check_state_fits, safe_load
-from beyondfit.core.state_checks import check_checkpoint_fields
+from beyondfit.core.serialization import (
+    atomic_save,
+    check_state_fits,
+    is_plain_extra_state,
+    nonfinite_entries,
+    safe_load,
+)
+from beyondfit.core.state_checks import FieldError, fail, is_real
 
 
 class Checkpointable:
@@ -48,14 +56,14 @@ class Checkpointable:
     def load_state_dict(self, state: Mapping[str, Any], source: str = "checkpoint") -> None:
         """Restore :meth:`state_dict`, whole or not at all.
 
-        The fields are checked first (a model or optimizer mismatch, a counter out of range);
+        Its keys and optimizer kinds are checked first (another model, another optimizer);
         then every part loads its own entry, and each part's ``load_state_dict`` checks its own
-        invariants. Any failure, in any part, puts back what was there before and is one
+        invariants (types, ranges, shapes, finiteness: a checksum proves integrity, not who
+        wrote the file). Any failure, in any part, puts back what was there before and is one
         :class:`BeyondfitError` naming the ``source`` and the field: a stateful object of one's
         own (a callback, a data source) gets this without being registered anywhere.
         """
         check_state_fits(state, self.model, {u.name: u.optimizer for u in self.updates}, source)
-        check_checkpoint_fields(state, self, source)  # types, ranges, shapes, finiteness
         data = getattr(self.train_data, "load_state_dict", None)
         if callable(data) and state.get("data") is None:
             raise BeyondfitError(f"{source} cannot be restored: data: missing, but this run's "
@@ -77,6 +85,7 @@ class Checkpointable:
     def _restore(self, state: Mapping[str, Any], source: str) -> None:
         """Load every part's entry of ``state``; a failing part raises :class:`_PartError`."""
         with _part("model"):
+            check_weights(state["model"], self.model)
             self.model.load_state_dict(state["model"])
         saved = state["updates"]
         for update in self.updates:
@@ -85,14 +94,22 @@ class Checkpointable:
         if "scaler" in state:
             with _part("scaler"):
                 self.precision.load_state_dict(state["scaler"])
-        self.state.load_state_dict(state["counters"])  # in place: the window holds it
-        self.last_val = dict(state.get("last_val", {}))
+        with _part("counters"):
+            self.state.load_state_dict(state["counters"])  # in place: the window holds it
+        with _part("history"):
+            self.last_val = log_row(state.get("last_val", {}), "last_val")
+            history = state.get("history", [])
+            if not isinstance(history, list):
+                raise fail("history", history, "a list of rows")
+            self.history = [log_row(row, f"row {i}") for i, row in enumerate(history)]
         with _part("metrics"):
             self.train_metrics.load_state_dict(state["metrics"], self.device)
-        self.history = [dict(row) for row in state.get("history", [])]
         if "rng" in state:
-            set_rng_state(state["rng"])
+            with _part("rng"):
+                set_rng_state(state["rng"])
         saved_callbacks = state.get("callbacks", {})
+        if not isinstance(saved_callbacks, Mapping):
+            raise _PartError("callbacks", "not a mapping")
         for cb in self.callbacks:
             key = state_key(cb)
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
@@ -116,6 +133,25 @@ class Checkpointable:
         state = safe_load(path)
         self.load_state_dict(state, source=f"checkpoint {str(path)!r}")
         return state
+
+
+def check_weights(weights: Mapping[str, Any], model: Any) -> None:
+    """Every entry a tensor (or a module's plain extra state), every parameter finite."""
+    for name, value in weights.items():
+        if not isinstance(value, torch.Tensor) and not is_plain_extra_state(name, value):
+            raise fail(name, type(value).__name__, "a tensor")
+    params = [name for name, _ in model.named_parameters()]
+    bad = nonfinite_entries((n, weights[n]) for n in params if n in weights)
+    if bad:
+        raise FieldError(f"{', '.join(bad)} holds values that are not finite (NaN or inf)")
+
+
+def log_row(row: Any, field: str) -> dict[str, float]:
+    """A history row or ``last_val``: names to numbers."""
+    if not isinstance(row, Mapping) or not all(
+            isinstance(k, str) and is_real(v) for k, v in row.items()):
+        raise fail(field, row, "a mapping of names to numbers")
+    return dict(row)
 
 
 class _PartError(Exception):

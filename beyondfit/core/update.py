@@ -35,6 +35,7 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
+from beyondfit.core.optimizer_state import check_optimizer_entry
 from beyondfit.core.options import check_number, check_option
 
 LossFn = Callable[[nn.Module, Any], Any]
@@ -228,7 +229,9 @@ class Update:
         return state
 
     def load_state_dict(self, state: dict[str, Any], source: str) -> None:
-        """Restore :meth:`state_dict`; another optimizer's state is a clear error."""
+        """Restore :meth:`state_dict`; another optimizer's state is a clear error, and the
+        saved state is checked first (:mod:`beyondfit.core.optimizer_state`)."""
+        check_optimizer_entry(state, self.optimizer)
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, TypeError) as exc:

@@ -16,7 +16,7 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.core.state_checks import field_problem
+from beyondfit.core.state_checks import FieldError, check_fields
 
 log = logging.getLogger("beyondfit")
 #: Fewer validation rows than this get a warning: their scores say little.
@@ -114,15 +114,13 @@ class TensorBatches:
         """The pass and position to continue from."""
         return {"pass": self._pass, "position": self._position, "seed": self.seed}
 
-    def state_problem(self, state: Any) -> str | None:
-        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        problem = field_problem(state, {"pass": "count", "position": "count", "seed": "count"})
-        if problem is None and state.get("position", 0) > len(self):
-            problem = f"position={state['position']!r} is beyond the {len(self)} batches of a pass"
-        return problem
-
     def load_state_dict(self, state: dict[str, int]) -> None:
-        """Continue from a :meth:`state_dict`."""
+        """Continue from a :meth:`state_dict` (checked first: whole numbers, a position
+        within a pass)."""
+        check_fields(state, {"pass": "count", "position": "count", "seed": "count"})
+        if state.get("position", 0) > len(self):
+            raise FieldError(f"position={state['position']!r} is beyond the {len(self)} "
+                             "batches of a pass")
         self._pass = int(state["pass"])
         self._position = int(state["position"])
         self.seed = int(state.get("seed", self.seed))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import with_path
 from beyondfit.core.metrics import finite_or_none
-from beyondfit.core.state_checks import field_problem
+from beyondfit.core.state_checks import check_fields
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -26,8 +26,9 @@ class RowWriter(Callback):
 
     Events: ``train`` at log intervals, ``val`` after an evaluation, ``epoch`` at epoch end.
     Subclasses write :meth:`make_row`'s dict in their format (``write_row``) and cut their
-    file back to a checkpoint's row count (``load_state_dict``), so a resumed run never
-    duplicates or loses a row.
+    file back to a checkpoint's row count (``cut_back``) when the resumed fit starts, so a
+    resumed run never duplicates or loses a row, and a restore that another part of the
+    checkpoint refuses changes no file.
     """
 
     rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
@@ -73,12 +74,19 @@ class RowWriter(Callback):
         """Rows written so far."""
         return {"rows": self.rows}
 
-    def state_problem(self, state: Any) -> str | None:
-        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        return field_problem(state, {"rows": "count"})
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Take the row count a checkpoint saved: the file is cut back to it when the
+        resumed fit starts (:meth:`on_fit_start`), once the whole checkpoint is accepted."""
+        check_fields(state, {"rows": "count"})
+        self._cut_to = int(state["rows"])
+
+    def cut_back(self, keep: int) -> None:
+        """Cut the file back to its first ``keep`` rows; set :attr:`missing`."""
+        raise NotImplementedError
 
     #: Rows a checkpoint counted that the file no longer holds (truncated or deleted).
     missing: int = 0
+    _cut_to: int | None = None  # a loaded checkpoint's row count, until the fit starts
 
     def epoch_rows(self) -> int:
         """How many ``epoch`` rows the file holds."""
@@ -87,6 +95,9 @@ class RowWriter(Callback):
     def on_fit_start(self, engine: Engine) -> None:
         """After a resume whose file lost rows: say so, and write back the epoch rows the
         checkpoint's history holds (the train and val rows it does not keep are lost)."""
+        if self._cut_to is not None:
+            keep, self._cut_to = self._cut_to, None
+            self.cut_back(keep)
         if not self.missing:
             return
         lost, self.missing = self.missing, 0
@@ -123,10 +134,9 @@ class MetricsFile(RowWriter):
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def cut_back(self, keep: int) -> None:
         """Cut the file back to the rows that existed when the checkpoint was written; rows
         it lost (a truncated last line is dropped) are reported by :meth:`on_fit_start`."""
-        keep = int(state["rows"])
         try:
             lines = self.path.read_text().splitlines(keepends=True) if self.path.exists() else []
             while lines and not _whole_row(lines[-1]):
@@ -203,13 +213,13 @@ class CsvFile(RowWriter):
         self.columns = columns
         self.rows = len(old)
 
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
+    def cut_back(self, keep: int) -> None:
         """Cut the table back to the rows that existed when the checkpoint was written."""
         try:
-            self._rewrite(self.columns, keep=int(state["rows"]))
+            self._rewrite(self.columns, keep=keep)
         except OSError as exc:
             raise with_path(exc, self.path) from exc
-        self.missing = int(state["rows"]) - self.rows
+        self.missing = keep - self.rows
 
     def epoch_rows(self) -> int:
         """How many ``epoch`` rows the table holds."""

@@ -25,6 +25,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.state_checks import check_fields
 from beyondfit.rl import envs as env_api
 from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.normalization import batch_moments
@@ -343,12 +344,10 @@ class RolloutCollector(EnvCollector):
             state["pending_obs_moments"] = self._pending_moments.cpu()
         return state
 
-    def state_problem(self, state: Any) -> str | None:
-        """What makes a saved :meth:`state_dict` unloadable, or ``None`` (checked on load)."""
-        return env_api.collector_state_problem(state)
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore counters and generator; the envs restart episodes on the next iteration."""
+        check_fields(state, {"env_steps": "count", "rollouts": "count", "generator": "generator",
+                             "pending_obs_moments": "tensor"})
         self.env_steps = int(state["env_steps"])
         self.rollouts = int(state["rollouts"])
         self._rollout_start = self.env_steps

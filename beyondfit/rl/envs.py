@@ -12,7 +12,6 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.state_checks import field_problem
 from beyondfit.rl.policies import check_spaces
 
 #: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
@@ -167,13 +166,6 @@ def finite_rewards(steps: list[Any], envs: VectorEnv | str, first_step: int) -> 
             "float32 numbers: clip or rescale the env's reward"
         )
     return rewards
-
-
-def collector_state_problem(state: Any) -> str | None:
-    """What makes a rollout collector's saved state unloadable (counters that are not whole
-    numbers in range, a generator state that is not one), or ``None``."""
-    return field_problem(state, {"env_steps": "count", "rollouts": "count",
-                                 "generator": "generator", "pending_obs_moments": "tensor"})
 
 
 def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:

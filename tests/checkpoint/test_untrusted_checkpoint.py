@@ -75,11 +75,11 @@ FORGERIES = {
     "negative step": (setter("counters", "global_step", value=-1), "counters.global_step=-1"),
     "step of 1e15": (setter("counters", "global_step", value=10**15),
                      "counters.global_step=1000000000000000"),
-    "string epoch": (setter("counters", "epoch", value="2"), "counters.epoch='2' is not"),
-    "huge epoch": (setter("counters", "epoch", value=10**15), "counters.epoch=1000000000000000"),
+    "string epoch": (setter("counters", "epoch", value="2"), "counters: epoch='2' is not"),
+    "huge epoch": (setter("counters", "epoch", value=10**15), "counters: epoch=1000000000000000"),
     "garbage torch rng": (setter("rng", "torch", value=torch.zeros(7, dtype=torch.uint8)),
-                          "rng.torch="),
-    "garbage python rng": (setter("rng", "python", value=(3, (1, 2), None)), "rng.python="),
+                          "rng: torch="),
+    "garbage python rng": (setter("rng", "python", value=(3, (1, 2), None)), "rng: python="),
     "data position 1e9": (setter("data", "position", value=10**9),
                           "data: position=1000000000 is beyond the"),
     "float data position": (setter("data", "position", value=1e9), "data: position=1000000000.0"),
@@ -94,10 +94,10 @@ FORGERIES = {
     "string checkpointer best": (setter("callbacks", "Checkpointer", "best", value="low"),
                                  "callbacks.Checkpointer: best='low'"),
     "nan weights": (setter("model", "linear.weight", value=lambda t: t * math.nan),
-                    "model.linear.weight holds values that are not finite"),
+                    "model: linear.weight holds values that are not finite"),
     "negative metrics rows": (setter("callbacks", "MetricsFile", "rows", value=-5),
                               "callbacks.MetricsFile: rows=-5"),
-    "string history": (setter("history", value=["epoch 1"]), "history[0]='epoch 1'"),
+    "string history": (setter("history", value=["epoch 1"]), "history: row 0='epoch 1'"),
 }
 
 
@@ -112,7 +112,8 @@ def test_a_forged_field_is_refused_in_one_line_and_nothing_changes(
     done = cli(*BASE, "train.epochs=3", f"resume={run}", cwd=tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
-    assert "was refused" in done.stderr and "Traceback" not in done.stderr
+    refused = ("was refused", "cannot be restored, nothing was changed")
+    assert any(w in done.stderr for w in refused) and "Traceback" not in done.stderr
     assert "resumed from" not in done.stdout + done.stderr
     assert snapshot(run) == before  # no file renamed, cut back or written
 

@@ -183,5 +183,8 @@ def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) ->
     assert rows[1]["val_loss"] == "" and rows[1]["val_r2"] == "0.25"  # NaN written as empty
     resumed = CsvFile(path)
     assert resumed.rows == 2
+    before = path.read_text()
     resumed.load_state_dict(state)
+    assert path.read_text() == before  # a restore changes no file: another part may refuse
+    resumed.on_fit_start(FakeEngine())  # type: ignore[arg-type]
     assert path.read_text().splitlines()[1:] == ["train,1,4,1.5,,"]

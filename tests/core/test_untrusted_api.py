@@ -102,7 +102,7 @@ def test_engine_load_refuses_nan_weights(tmp_path: Path) -> None:
     before = fresh.model.weight.detach().clone()
     with pytest.raises(BeyondfitError) as info:
         fresh.load(tmp_path / "nan.pt")
-    one_line(info, "model.weight", "not finite")
+    one_line(info, "model: weight", "not finite")
     assert torch.equal(before, fresh.model.weight)  # nothing was loaded
 
 
