@@ -38,19 +38,143 @@ def cli(
     exe: tuple[str, ...] | None = None,
     timeout: float = 600,
     env: Mapping[str, str] | None = None,
+    fresh: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command line as a user would: ``python -m MODULE ARGS`` (or ``exe ARGS``).
 
     The checkout is put first on ``PYTHONPATH``, so the subprocess imports this tree even from
-    another directory (``cwd``) and whatever else is installed.
+    another directory (``cwd``) and whatever else is installed. ``python -m beyondfit`` runs in
+    a process forked from a warm one (:class:`_ForkServer`) unless ``fresh`` (or ``exe``, or
+    ``BEYONDFIT_TEST_FRESH=1`` in the environment) asks for a new interpreter: a test of
+    start-up itself needs one.
     """
     command = [*(exe or (sys.executable, "-m", module)), *args]
     environ = dict(os.environ if env is None else env)
     environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), environ.get("PYTHONPATH", "")) if p
     )
+    if not fresh and exe is None and module == "beyondfit" and not os.environ.get(
+            "BEYONDFIT_TEST_FRESH"):
+        return _ForkServer.run(command, cwd, environ, timeout)
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                           env=environ)
+
+
+# The fork server's program: import what every run imports (torch, its compiler front end that
+# the first optimizer pulls in, Hydra, the command line), then fork one child per request, which
+# runs `python -m beyondfit ARGS` in its own cwd, environment and pipes; the server reads the
+# pipes to their end (background processes included, as subprocess.run does) and answers.
+_FORK_SERVER = r"""
+import json, os, selectors, signal, sys, time
+import torch, torch._dynamo, torch.optim, hydra, omegaconf
+import beyondfit.cli.app, beyondfit.cli.run
+
+BASE = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+answers = os.fdopen(int(sys.argv[1]), "w")
+
+
+def collect(pid, fds, timeout):
+    chunks = {fd: [] for fd in fds}
+    sel = selectors.DefaultSelector()
+    for fd in fds:
+        sel.register(fd, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None, chunks
+        for key, _ in sel.select(left):
+            data = os.read(key.fd, 65536)
+            if data:
+                chunks[key.fd].append(data)
+            else:
+                sel.unregister(key.fd)
+                os.close(key.fd)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), chunks
+
+
+def serve():
+    for line in sys.stdin:
+        request = json.loads(line)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.close(out_r)
+            os.close(err_r)
+            answers.close()
+            return request, out_w, err_w
+        os.close(out_w)
+        os.close(err_w)
+        code, chunks = collect(pid, (out_r, err_r), request["timeout"])
+        text = [b"".join(chunks[fd]).decode("utf-8", "replace") for fd in (out_r, err_r)]
+        answers.write(json.dumps({"code": code, "stdout": text[0], "stderr": text[1]}) + "\n")
+        answers.flush()
+    sys.exit(0)
+
+
+request, out_w, err_w = serve()
+# The child: `python -m beyondfit ARGS` in the request's directory, environment and pipes.
+null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(null, 0)
+os.dup2(out_w, 1)
+os.dup2(err_w, 2)
+for fd in (null, out_w, err_w):
+    os.close(fd)
+sys.stdin = open(0, closefd=False)
+os.chdir(request["cwd"])
+os.environ.clear()
+os.environ.update(request["env"])
+extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+sys.path[:] = [os.getcwd(), *extra, *BASE]
+sys.argv = ["beyondfit", *request["args"]]
+import runpy
+runpy.run_module("beyondfit", run_name="__main__", alter_sys=True)
+"""
+
+
+class _ForkServer:
+    """One warm process per test worker that forks a child per command line (see
+    :data:`_FORK_SERVER`): a run then costs its own work, not two seconds of imports."""
+
+    process: subprocess.Popen[str] | None = None
+    answers: Any = None
+
+    @classmethod
+    def run(cls, command: list[str], cwd: Path | None, env: dict[str, str],
+            timeout: float) -> subprocess.CompletedProcess[str]:
+        if cls.process is None or cls.process.poll() is not None:
+            cls.start()
+        assert cls.process is not None and cls.process.stdin is not None
+        request = {"args": command[3:], "cwd": str(Path(cwd or os.getcwd()).resolve()),
+                   "env": env, "timeout": timeout}
+        cls.process.stdin.write(json.dumps(request) + "\n")
+        cls.process.stdin.flush()
+        line = cls.answers.readline()
+        if not line:
+            cls.process = None
+            raise RuntimeError("the test fork server died; run with BEYONDFIT_TEST_FRESH=1")
+        answer = json.loads(line)
+        if answer["code"] is None:
+            raise subprocess.TimeoutExpired(command, timeout, answer["stdout"], answer["stderr"])
+        return subprocess.CompletedProcess(command, answer["code"], answer["stdout"],
+                                           answer["stderr"])
+
+    @classmethod
+    def start(cls) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+        read, write = os.pipe()
+        cls.process = subprocess.Popen(
+            [sys.executable, "-c", _FORK_SERVER, str(write)], stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL, text=True, env=env, pass_fds=(write,), cwd=ROOT)
+        os.close(write)
+        cls.answers = os.fdopen(read)
 
 
 # Run in a child by cli_batch: each argument list through main(), as `python -m beyondfit ARGS`.

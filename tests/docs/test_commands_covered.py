@@ -19,9 +19,9 @@ TESTS = Path(__file__).resolve().parents[1]
 
 #: README lines no test can run here, and why. Each is still checked to be in the README.
 NOT_RUNNABLE = {
-    'pip install -e ".[dev]" && python -m pytest -m "not slow" -n 2 --dist loadfile':
+    'pip install -e ".[dev]" && python -m pytest -m "not slow" -n 2 --dist worksteal':
         "the test suite itself",
-    'python -m pytest -m "not e2e and not slow" -n 2 --dist loadfile': "the unit tests themselves",
+    'python -m pytest -m "not e2e and not slow" -n 2 --dist worksteal': "the unit tests themselves",
     'pip install -e ".[box2d]"': "installs a package",
     'pip install -e ".[mujoco]"': "installs a package",
     "pip install hydra-submitit-launcher": "installs a package",
