@@ -408,3 +408,37 @@ def test_sigterm_after_the_last_epoch_is_one_line_and_143(tmp_path: Path) -> Non
     assert [ln for ln in rest.splitlines() if ln.strip()] == [
         "beyondfit: interrupted (SIGTERM)"], rest[-2000:]
     assert (run / "metrics.jsonl").exists() and not (run / "result.json").exists()
+
+
+#: The command line with a Ctrl-C sent to itself at a moment of start-up: right after the run
+#: directory is locked, or as Hydra sets up logging or writes .hydra/ into it.
+CTRL_C_AT = """
+import importlib, os, signal, sys
+module, name = sys.argv.pop(1).split(":")
+owner = importlib.import_module(module)
+real = getattr(owner, name)
+def interrupted(*args, **kwargs):
+    result = real(*args, **kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+    return result
+setattr(owner, name, interrupted)
+from beyondfit.cli.app import main
+main()
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("moment", ["beyondfit.cli.rundir:claim_run_dir",
+                                    "hydra.core.utils:configure_log",
+                                    "hydra.core.utils:_save_config"])
+def test_ctrl_c_between_the_lock_and_training_is_one_line_and_130(tmp_path: Path,
+                                                                  moment: str) -> None:
+    """Not swallowed: the run stops there (no training, no result), one line, status 130."""
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", CTRL_C_AT, moment, *REGRESSION,
+                           f"hydra.run.dir={run}"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 130, done.stderr[-2000:]
+    assert [ln for ln in done.stderr.splitlines() if ln.strip()] == [
+        "beyondfit: interrupted (SIGINT)"], done.stderr[-2000:]
+    assert not (run / "metrics.jsonl").exists() and not (run / "result.json").exists()
