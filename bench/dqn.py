@@ -4,6 +4,7 @@
     python bench/dqn.py --method sb3                      # SB3's DQN, the same protocol
     python bench/dqn.py --task lunarlander --seeds 0 1 2  # LunarLander-v3
     python bench/dqn.py --table                           # the table from the kept runs
+    python bench/dqn.py --table --seeds 10 11 12          # ... of these seeds only
 
 Each seed is one command-line run with RL-Zoo's settings (``conf/experiment/tuned/TASK_dqn.yaml``:
 CartPole-v1 at most 50,000 env steps, LunarLander-v3 100,000), the task's stop rule (a greedy
@@ -171,10 +172,12 @@ def _commit() -> str:
     return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
 
 
-def table(results: Path) -> str:
-    """The kept seeds as a markdown table, and their medians."""
+def table(results: Path, seeds: list[int] | None = None) -> str:
+    """The kept seeds (all, or those of ``seeds``) as a markdown table, and their medians."""
     found = sorted((json.loads(p.read_text()) for p in results.glob("seed*/summary.json")),
                    key=lambda s: s["seed"])
+    if seeds is not None:
+        found = [s for s in found if s["seed"] in seeds]
     lines = ["| seed | solved (100 fresh episodes) | return | env steps | CPU s | commit |",
              "|---|---|---|---|---|---|"]
     for s in found:
@@ -192,7 +195,8 @@ def table(results: Path) -> str:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", choices=sorted(BENCHES), default="cartpole")
-    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="*", default=None,
+                        help="default: run 0 1 2; with --table: every kept seed")
     parser.add_argument("--method", choices=("beyondfit", "sb3"), default="beyondfit")
     parser.add_argument("--results", type=Path, default=None)
     parser.add_argument("--budget", type=int, default=None, help="env steps per run, at most")
@@ -208,12 +212,12 @@ def main(argv: list[str] | None = None) -> str:
         args.results = RESULTS / f"dqn-{args.task}{'-sb3' if args.method == 'sb3' else ''}"
     args.results.mkdir(parents=True, exist_ok=True)
     if not args.table:
-        for seed in args.seeds:
+        for seed in [0, 1, 2] if args.seeds is None else args.seeds:
             if not (args.results / f"seed{seed}" / "summary.json").exists():
                 summary = run_seed(args.task, seed, args.results, args.overrides, args.method,
                                    budget)
                 print(json.dumps(summary), flush=True)
-    text = table(args.results)
+    text = table(args.results, args.seeds)
     print(text)
     return text
 
