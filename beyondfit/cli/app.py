@@ -18,6 +18,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import hydra
@@ -145,26 +146,49 @@ def config_dir_args(args: list[str]) -> list[str]:
     return kept
 
 
-def resume_overrides(args: list[str]) -> list[str]:
+@dataclass(frozen=True)
+class ResumeArgs:
+    """What the command line's arguments say about resuming, read once from argv (Hydra has
+    not composed anything yet): ``resume=``, ``resume_extend=``, and an explicit
+    ``hydra.run.dir=`` or ``hydra.output_subdir=``."""
+
+    resume: str | None = None
+    extend: bool = False
+    run_dir: Path | None = None
+    placed: bool = False  # hydra.run.dir or hydra.output_subdir given: leave them be
+
+    @classmethod
+    def read(cls, args: list[str]) -> ResumeArgs:
+        """The last value of each key, quotes stripped; ``resume=null`` or empty: none."""
+        resume, extend, run_dir, placed = None, False, None, False
+        for arg in args:
+            key, sep, value = arg.partition("=")
+            key, value = key.lstrip("+"), value.strip().strip("'\"")
+            if not sep:
+                continue
+            if key == "resume":
+                resume = None if value in ("", "null") else value
+            elif key == "resume_extend":
+                extend = value.lower() == "true"
+            elif key in ("hydra.run.dir", "hydra.output_subdir"):
+                placed = True
+                if key == "hydra.run.dir":
+                    run_dir = Path(value)
+        return cls(resume, extend, run_dir, placed)
+
+
+def resume_overrides(request: ResumeArgs) -> list[str]:
     """Hydra overrides that make ``resume=RUN`` continue inside that run's directory.
 
     The resumed run appends to the run's metrics file and checkpoints; Hydra's record of
     this invocation goes to ``.hydra/resume/``, keeping the original ``.hydra/``. An
     explicit ``hydra.run.dir=`` wins.
     """
-    value = None
-    for arg in args:
-        key, sep, val = arg.partition("=")
-        key = key.lstrip("+")
-        if key in ("hydra.run.dir", "hydra.output_subdir"):
-            return []
-        if sep and key == "resume":
-            value = val.strip().strip("'\"")
-    if not value or value == "null":
+    if request.resume is None or request.placed:
         return []
     from beyondfit.checkpoint.resume import resume_run_dir  # a resumed run loads torch anyway
 
-    run_dir = resume_run_dir(value)
+    run_dir = resume_run_dir(request.resume)
     if run_dir is None or not run_dir.is_dir():
         return []  # a loose checkpoint file: a fresh run directory, as usual
     text = str(run_dir)
@@ -173,24 +197,14 @@ def resume_overrides(args: list[str]) -> list[str]:
     return [f"hydra.run.dir={text}", "hydra.output_subdir=.hydra/resume"]
 
 
-def finished_resume(args: list[str]) -> bool:
+def finished_resume(request: ResumeArgs, args: list[str]) -> bool:
     """``resume=RUN_DIR`` of a run that finished, without ``resume_extend=true``: say so (one
     line, exit 0) before Hydra writes anything, so that the run directory stays as it was."""
-    resume, extend, elsewhere = None, False, None
-    for arg in args:
-        key, sep, value = arg.partition("=")
-        key, value = key.lstrip("+"), value.strip().strip("'\"")
-        if sep and key == "resume" and value not in ("", "null"):
-            resume = value
-        elif sep and key == "resume_extend":
-            extend = value.lower() == "true"
-        elif sep and key == "hydra.run.dir":
-            elsewhere = Path(value)
-    if resume is None or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
+    if request.resume is None or any(a in INFO_FLAGS or a.startswith("--cfg") for a in args):
         return False
     from beyondfit.cli.result import already_finished  # loads torch
 
-    finished = already_finished(resume, extend, elsewhere)
+    finished = already_finished(request.resume, request.extend, request.run_dir)
     if finished is not None:
         print(f"beyondfit: {finished}")
     return finished is not None
@@ -278,9 +292,10 @@ def _main() -> None:
     if launch_dir not in sys.path:
         sys.path.insert(0, launch_dir)
     check_choices(sys.argv[1:])
-    if finished_resume(sys.argv[1:]):
+    request = ResumeArgs.read(sys.argv[1:])  # the one reading of resume= from argv
+    if finished_resume(request, sys.argv[1:]):
         return
-    sys.argv += resume_overrides(sys.argv[1:])
+    sys.argv += resume_overrides(request)
     sys.argv += resolve_flag(sys.argv[1:])
     try:
         env = launch_env()
