@@ -61,6 +61,7 @@ class EpochLoop:
                 if engine.should_stop:
                     break
             else:
+                position.ran_out()
                 if engine.window.micro and engine.window.close():  # cut short by the data's end
                     self.after_step()
             if engine.interrupted:

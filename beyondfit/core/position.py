@@ -12,7 +12,7 @@ optimizer due in it steps once; a *micro-batch* is one call of the loss closure
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -90,6 +90,7 @@ class RunPosition:
         self._data_state: Any = None  # the loaded data position, until the data is known
         #: The next epoch only closes the stopped epoch (set by :meth:`take_stop`).
         self.closing = False
+        self._closing_now = False  # the epoch running only closes a stopped one
 
     def restored(self, stop: Any, data_state: Any, train_data: Any) -> None:
         """A checkpoint was loaded: its recorded stop and data position (loaded into
@@ -134,21 +135,20 @@ class RunPosition:
         """The batches the epoch about to run still has: none when it only closes a stopped
         epoch or its data already ran out (the checkpoint came in its last window's step),
         the rest of a plain iterable (which cannot seek) for an interrupted epoch, else all.
-        Marks ``data_exhausted`` when they run out."""
+        Call :meth:`ran_out` when they have run out."""
         state, closing = self.counters, self.closing
-        self.closing = False
+        self.closing, self._closing_now = False, closing
         continuing = state.batch_in_epoch > 0
         if not continuing:
             state.evaluated_at = -1
         exhausted, state.data_exhausted = state.data_exhausted, False
-        if closing:
+        if closing or (continuing and exhausted):
             return ()
-        if continuing and exhausted:
-            train_data = ()
-        elif continuing and not hasattr(train_data, "load_state_dict"):
-            train_data = itertools.islice(train_data, state.batch_in_epoch, None)
-        return self._marking_end(train_data)
+        if continuing and not hasattr(train_data, "load_state_dict"):
+            return itertools.islice(train_data, state.batch_in_epoch, None)
+        return train_data
 
-    def _marking_end(self, batches: Iterable[Any]) -> Iterator[Any]:
-        yield from batches
-        self.counters.data_exhausted = True
+    def ran_out(self) -> None:
+        """The epoch's batches ran out: its pass over the data has ended (not so for an
+        epoch that only closed a stopped one: its data was never read)."""
+        self.counters.data_exhausted = not self._closing_now

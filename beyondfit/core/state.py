@@ -76,6 +76,11 @@ class Checkpointable:
         except _PartError as failed:
             try:
                 self._restore(before, source)
+            except _PartError as own:  # this engine's own state fails a check (NaN weights)
+                raise BeyondfitError(
+                    f"{source} cannot be restored: {failed.field}: {failed.reason}; and this "
+                    f"engine's own state could not be put back ({own.field}: {own.reason}): "
+                    "build the engine again") from None
             finally:
                 self.position.__dict__.update(position)
             raise BeyondfitError(f"{source} cannot be restored, nothing was changed: "

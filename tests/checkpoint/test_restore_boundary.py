@@ -85,3 +85,24 @@ def test_a_checkpoint_without_the_data_position_of_a_stateful_source_is_refused(
                                              r"\(TensorBatches\) keeps its position"):
         engine.load_state_dict(state)
     assert engine.global_step == 0
+
+
+def test_an_engine_whose_own_state_fails_the_checks_says_it_could_not_be_put_back(
+        tmp_path: Path) -> None:
+    """A diverged engine (NaN weights) given a doctored checkpoint: its own state cannot pass
+    the checks it would be put back through, and the one line says so instead of a traceback."""
+    saved = make_engine(callbacks=[Picky()])
+    saved.fit(sum_batches(), epochs=1)
+    saved.save(tmp_path / "run.pt")
+    state = safe_load(tmp_path / "run.pt")
+    state["callbacks"]["Picky"] = {"seen": -3}
+
+    engine = make_engine(callbacks=[Picky()])
+    with torch.no_grad():
+        next(engine.model.parameters()).fill_(float("nan"))
+    with pytest.raises(BeyondfitError) as caught:
+        engine.load_state_dict(state, source="checkpoint 'run.pt'")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("checkpoint 'run.pt' cannot be restored: callbacks.Picky: ")
+    assert "could not be put back (model: " in message and "not finite" in message
