@@ -240,6 +240,7 @@ _AMBIGUOUS = {"every", "mode", "keep", "bar", "epochs", "refresh"}
 _SECTIONS = {
     "": BeyondfitConfig, "engine": EngineConfig, "train": TrainConfig,
     "checkpoint": CheckpointConfig, "objective": ObjectiveConfig, "progress": ProgressConfig,
+    "debug": DebugConfig,
 }  # fmt: skip
 _FREE_FORM = ("task", "optimizer", "scheduler", "logger")
 _KIND = {"int": "a whole number", "float": "a number", "bool": "true or false", "str": "text"}

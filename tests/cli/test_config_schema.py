@@ -17,7 +17,7 @@ from beyondfit import BeyondfitError, Engine
 from beyondfit.cli.run import CONF_DIR
 from beyondfit.cli.schema import check_config, config_error_line
 
-from kit import cli_batch, one_line_exit_2
+from kit import cli_batch, docs_text, one_line_exit_2
 
 BASE = ["+task=regression", "train.epochs=1", "plots=false", "progress.bar=false"]
 
@@ -57,6 +57,9 @@ CASES = [
     ("progress.refresh=0", "progress.refresh=0"),
     ("progress.metrics=loss", "progress.metrics='loss'; it must be a list"),
     ("plots=sometimes", "plots='sometimes'; use auto, true or false"),
+    # The debug section is checked like the others (it once was not: 0 trained on no batch).
+    ("debug.overfit_batches=0", "debug.overfit_batches=0; it must be a positive whole number"),
+    ("debug.profile=0", "debug.profile=0"),
     ("device=gpu", "device='gpu'"),
     ("foo=1", "unknown key 'foo'; top-level keys:"),
     ("+foo=1", "unknown key 'foo'; top-level keys:"),
@@ -102,9 +105,8 @@ def test_stop_rule_messages_suggest_the_form_that_works_in_a_shell() -> None:
 def test_the_readme_form_works_in_a_shell_as_typed(tmp_path: Path) -> None:
     """The README's stop rule, typed into bash exactly as written there: Hydra parses it, the
     run keeps it, and the same form with a reachable bound stops the run."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    typed = re.search(r"`('train\.stop=\"[^`]+\"')`", readme)
-    assert typed, "the README no longer shows the quoted stop rule"
+    typed = re.search(r"`('train\.stop=\"[^`]+\"')`", docs_text())
+    assert typed, "the documentation no longer shows the quoted stop rule"
     form = typed.group(1)
     assert form == "'train.stop=\"val_loss<=0.3\"'"
     python = f"{sys.executable} -m beyondfit +task=regression plots=false progress.bar=false"
