@@ -288,7 +288,8 @@ def prose(lines: Sequence[str]) -> list[str]:
 
     def flush_code() -> None:
         if code:
-            out.extend(["```bash", *code, "```", ""])
+            # Quoted from the preset's own comment: text, not a command the docs tests run.
+            out.extend(["```text", *code, "```", ""])
             code.clear()
 
     for line in lines:
@@ -653,7 +654,7 @@ def generate(conf: Path | None = None, config: type = schema.BeyondfitConfig) ->
         "Every key of beyondfit's command line: `python -m beyondfit +task=NAME "
         "[GROUP=NAME ...] [KEY=VALUE ...]`. Override a key with `KEY=VALUE`, add one a file "
         "does not set with `+KEY=VALUE`, and see the whole composed config with `--cfg job`:",
-        "", "```bash", "python -m beyondfit +task=cartpole algo=sac --cfg job", "```", "",
+        "", "```bash", "python -m beyondfit +task=cartpole --cfg job", "```", "",
         *_defaults_section(main),
         *_checked_keys(main, config),
         *_hydra_section(main),

@@ -383,24 +383,53 @@ class Corridor(gym.Env):
 '''
 
 
+def doc_pages() -> list[Path]:
+    """The documentation a user reads: the README, CONTRIBUTING.md and every page of the site."""
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def docs_text() -> str:
+    """All of :func:`doc_pages`, one after another."""
+    return "\n\n".join(page.read_text() for page in doc_pages())
+
+
+def doc_section(heading: str) -> str:
+    """The section under ``heading`` (its title, with or without the ``#`` marks) in whichever
+    page has it: from the heading to the next heading of the same or a higher level."""
+    title = heading.lstrip("#").strip()
+    for page in doc_pages():
+        lines, fence, start, level = page.read_text().splitlines(), False, None, 0
+        for i, line in enumerate(lines):
+            if line.startswith("```"):
+                fence = not fence
+            match = None if fence else re.match(r"^(#{1,6}) (.*)$", line)
+            if not match:
+                continue
+            if start is None and match.group(2).strip() == title:
+                start, level = i, len(match.group(1))
+            elif start is not None and len(match.group(1)) <= level:
+                return "\n".join(lines[start:i]) + "\n"
+        if start is not None:
+            return "\n".join(lines[start:]) + "\n"
+    raise AssertionError(f"no page of the documentation has the heading {title!r}")
+
+
 def readme_block(heading: str, kind: str) -> str:
-    """The first ```KIND code block of the README section under ``heading`` (a ``## `` line),
-    as a user copies it."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index(f"\n{heading}\n")
-    end = text.find("\n## ", start + 1)
-    body = text[start: end if end != -1 else None].split(f"```{kind}\n", 1)[1]
+    """The first ```KIND code block of the documentation's section under ``heading``, as a
+    user copies it."""
+    body = doc_section(heading).split(f"```{kind}\n", 1)[1]
     return body[: body.index("```")]
 
 
 def readme_commands(text: str | None = None) -> list[str]:
-    """Every command line of the README's fenced bash blocks, as typed: comment lines dropped,
-    a trailing ``  # comment`` cut, backslash continuations joined with one space.
+    """Every command line of the documentation's fenced bash blocks (:func:`doc_pages`), as
+    typed: comment lines dropped, a trailing ``  # comment`` cut, backslash continuations
+    joined with one space.
 
     Tests that run one declare it with ``@pytest.mark.runs("the line")`` (or a shipped preset,
     ``"conf/GROUP/NAME.yaml"``); ``tests/docs/test_commands_covered.py`` checks that every one is.
     """
-    text = (ROOT / "README.md").read_text() if text is None else text
+    text = docs_text() if text is None else text
     found: list[str] = []
     for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M):
         joined = re.sub(r"\\\n\s*", " ", block)

@@ -161,7 +161,8 @@ class OffPolicyAgent(nn.Module):
       ``model.obs_dim``, ``model.act_dim`` (flat sizes: a new part's, ``build(model)``).
 
     Args:
-        observation_space, action_space: a ``Box`` each; actions must be bounded.
+        observation_space: a ``Box``.
+        action_space: a bounded ``Box``.
         actor: ``"gaussian"`` (SAC) or ``"deterministic"`` (TD3).
         hidden: hidden sizes of the actor; ``critic_hidden`` those of each critic (default the
             same).
@@ -247,8 +248,10 @@ class QAgent(nn.Module):
     same on the slow copy the algorithm declares (``dqn_loss``); ``model.n_actions``.
 
     Args:
-        observation_space, action_space: a ``Box`` and a ``Discrete``.
-        hidden: hidden sizes of the Q network; activation: ``"relu"`` or ``"tanh"``.
+        observation_space: a ``Box``.
+        action_space: a ``Discrete``.
+        hidden: hidden sizes of the Q network.
+        activation: ``"relu"`` or ``"tanh"``.
         exploration_fraction: the fraction of the run's env steps over which epsilon falls
             linearly from ``exploration_initial_eps`` to ``exploration_final_eps`` (SB3's
             names; it stays there after).

@@ -130,8 +130,10 @@ def ppo_loss(
     ratio keeps those repeated steps close to the policy that collected the data.
 
     Args:
-        clip_coef, vf_coef, ent_coef: ratio clip range and loss weights; the closure keeps them
-            in ``loss_fn.coefficients`` (:class:`PPOCoefficients`), which schedules may change.
+        clip_coef: the ratio's clip range; the closure keeps it and the two weights below in
+            ``loss_fn.coefficients`` (:class:`PPOCoefficients`), which schedules may change.
+        vf_coef: the value loss's weight.
+        ent_coef: the entropy bonus's weight.
         normalize_advantages: standardize advantages per minibatch.
         value_clip: clip the value update to this distance from the collection-time values
             (:func:`clipped_value_loss`); ``None``: plain regression.

@@ -74,8 +74,10 @@ class ReplayCollector(EnvCollector):
         learning_starts: env steps of uniformly random actions before the first minibatch.
         updates_per_step: minibatches per env step (the update-to-data ratio; 0.5: one per
             two env steps, 2: two per env step); ``None`` with ``train_freq``.
-        train_freq, gradient_steps: RL-Zoo's form of the ratio instead: ``gradient_steps``
-            minibatches after every ``train_freq`` env steps (``-1``: ``train_freq`` of them).
+        train_freq: RL-Zoo's form of the ratio instead: ``gradient_steps`` minibatches after
+            every ``train_freq`` env steps.
+        gradient_steps: minibatches after each ``train_freq`` env steps (``-1``: ``train_freq``
+            of them).
         seed: seeds the envs (copy ``i`` with ``seed + i``) and the collector's generator
             (random actions, exploration noise, minibatch sampling).
         save_buffer: put the buffer's rows in checkpoints (``False`` for a buffer too large to

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import ROOT, cli, cli_batch
+from kit import ROOT, cli, cli_batch, docs_text
 
 # checkpoint.monitor names a metric the run never logs: a WARNING at the end of the run.
 WARNED = ("+task=regression", "train.epochs=1", "checkpoint.monitor=no_such", "plots=false")
@@ -90,7 +90,7 @@ def test_the_video_error_names_the_readmes_install_command(tmp_path: Path) -> No
     played = cli(str(run_dir), "--video", str(tmp_path / "video"), module="beyondfit.play")
     assert played.returncode == 2
     assert 'pip install -e ".[video]"' in played.stderr
-    assert 'pip install -e ".[video]"' in (ROOT / "README.md").read_text()
+    assert 'pip install -e ".[video]"' in docs_text()
 
 
 @pytest.mark.e2e

@@ -22,6 +22,8 @@ NOT_RUNNABLE = {
     'pip install -e ".[dev]" && python -m pytest -m "not slow" -n 2 --dist worksteal':
         "the test suite itself",
     'python -m pytest -m "not e2e and not slow" -n 2 --dist worksteal': "the unit tests themselves",
+    "pip install torch --index-url https://download.pytorch.org/whl/cpu":
+        "installs a package from PyTorch's index (not reachable here; .ci/run pins torch)",
     'pip install -e ".[box2d]"': "installs a package",
     'pip install -e ".[mujoco]"': "installs a package",
     "pip install hydra-submitit-launcher": "installs a package",

@@ -8,14 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from kit import ROOT, cli
+from kit import cli, readme_block
 
-SECTION = "## The research loop: debug runs, profiling, notebooks"
+SECTION = "The research loop: debug runs, profiling"
 
 
 def readme_commands() -> list[list[str]]:
-    text = (ROOT / "README.md").read_text().split(SECTION, 1)[1]
-    block = text.split("```bash\n", 1)[1].split("```", 1)[0]
+    block = readme_block(SECTION, "bash")
     return [shlex.split(line.split("#", 1)[0]) for line in block.splitlines() if line.strip()]
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import CORRIDOR_ENV, rows, wait_for_file
+from kit import CORRIDOR_ENV, doc_section, readme_block, rows, wait_for_file
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The section's command lines, as the coverage test (docs/test_commands_covered.py) knows them.
@@ -36,8 +36,7 @@ LOSS_AND_ENV = (
 
 def section_commands() -> list[list[str]]:
     """The bash blocks of the section, each a list of command lines (comments dropped)."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Your own task", 1)[1].split("\n## ", 1)[0]
+    section = doc_section("Your own task")
     blocks = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     return [[line for line in block.splitlines() if line.strip()] for block in blocks]
 
@@ -67,9 +66,8 @@ def test_scaffold_run_test_sweep_compare_resume_as_the_readme_says(tmp_path: Pat
         done = run_as_typed(line, tmp_path)
         assert done.returncode == 0, f"{line}\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
     config = (tmp_path / "conf" / "task" / "my_task.yaml").read_text()
-    readme = (ROOT / "README.md").read_text()
-    shown = readme.split("`conf/task/my_task.yaml` is:", 1)[1].split("```yaml\n", 1)[1]
-    for line in shown.split("```", 1)[0].splitlines():  # the README's yaml is the scaffold's
+    shown = readme_block("Your own task", "yaml")
+    for line in shown.splitlines():  # the page's yaml is the scaffold's
         key = line.split("#")[0].rstrip()
         if key and not key.endswith(":"):
             assert key in config, key

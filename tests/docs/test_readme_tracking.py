@@ -1,7 +1,8 @@
-"""The README's tracking, search and seed-comparison commands, run exactly as typed in bash.
+"""The documentation's tracking, search and seed-comparison commands, run exactly as typed
+in bash.
 
-Each test takes the command lines from the README's own code blocks, so the README and what
-is tested cannot drift apart. Only where the README writes a placeholder (``DATE``) is the
+Each test takes the command lines from the pages' own code blocks, so the pages and what
+is tested cannot drift apart. Only where a page writes a placeholder (``DATE``) is the
 real directory put in. Long runs: marked slow.
 """
 
@@ -15,7 +16,8 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+from kit import readme_block
+
 #: The lines each test runs, as the coverage test (tests/docs/test_commands_covered.py) knows them.
 TRACKING = (
     "python -m beyondfit +task=regression 'logger=[csv,mlflow]'",
@@ -33,11 +35,8 @@ SEEDS = (
 
 
 def commands(heading: str) -> list[str]:
-    """The command lines of the first bash block under ``heading`` in the README."""
-    text = README.read_text()
-    section = text[text.index(f"\n{heading}\n") :]
-    block = section[section.index("```bash\n") + 8 :]
-    return [line for line in block[: block.index("```")].splitlines() if line.strip()]
+    """The command lines of the first bash block under ``heading`` in the documentation."""
+    return [line for line in readme_block(heading, "bash").splitlines() if line.strip()]
 
 
 def bash(line: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -25,7 +25,7 @@ from beyondfit.nets import PiecewiseLinear
 from beyondfit.tasks import classification
 from beyondfit.tasks.classification import class_labels, confusion_matrix, stratified_split
 
-from kit import cli, one_line_exit_2, task_config
+from kit import cli, one_line_exit_2, readme_block, task_config
 
 config = partial(task_config, "classification")  # this file's task, composed as the CLI does
 
@@ -254,14 +254,11 @@ def test_default_digits_run_reaches_its_accuracy(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------ the README, as typed
-README = Path(__file__).resolve().parents[2] / "README.md"
-
 
 def readme_supervised_commands() -> list[str]:
-    """The README's ``+task=regression`` and ``+task=classification`` lines of the command-line
-    block, comments included (a shell drops them, as when a user pastes the line)."""
-    text = README.read_text()
-    block = text.split("## The command line", 1)[1].split("```bash", 1)[1].split("```", 1)[0]
+    """The first supervised run's ``+task=regression`` and ``+task=classification`` lines,
+    comments included (a shell drops them, as when a user pastes the line)."""
+    block = readme_block("A first supervised run", "bash")
     return [line.strip() for line in block.splitlines()
             if "+task=regression" in line or "+task=classification" in line]
 
