@@ -217,8 +217,8 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
     callbacks += build_loggers(cfg, run_dir)
     plots = str(cfg.get("plots", "auto")).lower()  # auto, true or false (the schema's check)
     if plots == "true" or (plots == "auto" and has_matplotlib()):
-        # Drawn in another process: the command returns without waiting for matplotlib.
-        callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg), background=True))
+        # Drawn when training ends, in this process: on disk when the command returns.
+        callbacks.append(CurvesPlot(run_dir, title=_task_name(cfg)))
     elif plots == "auto":  # one line, so that a missing curves.png is no surprise
         skipped_without_matplotlib("curves.png", ", or set plots=false to skip it without "
                                    "this note")

@@ -9,9 +9,9 @@ TensorBoard (:mod:`beyondfit.observers.tensorboard`), plots (:mod:`beyondfit.obs
 and the trackers (:mod:`beyondfit.observers.wandb`, :mod:`beyondfit.observers.mlflow`, on
 :mod:`beyondfit.observers.tracking`) are imported on demand: they pull in optional packages.
 
-The names below load on first use (:mod:`beyondfit.core.lazy`), so that the background plot
-process (``python -m beyondfit.observers.plots RUN_DIR``) reads ``metrics.jsonl`` and draws
-without importing torch: that import was most of its CPU time, for every run that plots.
+The names below load on first use (:mod:`beyondfit.core.lazy`), so that the plot command
+(``python -m beyondfit.observers.plots RUN_DIR``) reads ``metrics.jsonl`` and draws without
+importing torch: that import would be most of its CPU time.
 """
 
 from __future__ import annotations

@@ -256,17 +256,11 @@ def end_trackers(
     callbacks: Sequence[Callback], status: str, record: Mapping[str, Any] | None = None
 ) -> None:
     """End every tracker in ``callbacks`` that is still open, giving it the run's result
-    (once ``curves.png``, drawn in the background, is on disk: the trackers send it)."""
-    from beyondfit.observers.plots import CurvesPlot
-
-    trackers = [c for c in callbacks if isinstance(c, ExperimentTracker) and c.active]
-    if not trackers:
-        return
+    (``curves.png`` is on disk by then: it is drawn when training ends, and the trackers
+    send it)."""
     for callback in callbacks:
-        if isinstance(callback, CurvesPlot):
-            callback.wait()
-    for tracker in trackers:
-        tracker.end(status, record)
+        if isinstance(callback, ExperimentTracker) and callback.active:
+            callback.end(status, record)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,13 +1,12 @@
 """Start-up: what the command line loads before it answers, and what waits for the end.
 
 ``--help`` and a mistake's one line must not wait for torch (1-2 s to import); a single run
-composes its config once; ``curves.png`` is drawn in a separate process, so the run returns
-without waiting for matplotlib. Times themselves are ``bench/startup.py``'s, never asserted.
+composes its config once; the plot command draws without torch. Times themselves are
+``bench/startup.py``'s, never asserted.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,7 +17,7 @@ import pytest
 
 from beyondfit.cli.fastpath import mode_is_known
 
-from kit import ROOT, cli, wait_for_file
+from kit import ROOT, cli
 
 
 def imported_modules(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], set[str]]:
@@ -122,33 +121,8 @@ def test_a_config_that_asks_for_a_multirun_still_runs_one(tmp_path):
 
 
 @pytest.mark.e2e
-def test_curves_are_drawn_in_a_separate_process_that_writes_the_whole_png(tmp_path):
-    pytest.importorskip("matplotlib")
-    from beyondfit.observers.plots import CurvesPlot
-
-    rows = [{"kind": "train", "step": s, "loss": 1.0 / s} for s in range(1, 6)]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    plot = CurvesPlot(tmp_path, title="bg", background=True)
-    plot.on_fit_end(None, [])  # returns at once; a process draws
-    assert plot.path == tmp_path / "curves.png"
-    assert plot.wait(timeout=120) is True
-    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert not (tmp_path / "curves.png.tmp").exists()
-    assert plot.wait() is True  # nothing pending
-
-
-@pytest.mark.e2e
-def test_a_command_line_run_returns_before_its_curves_are_drawn_and_they_still_appear(tmp_path):
-    pytest.importorskip("matplotlib")
-    done = cli("+task=regression", "train.max_steps=2", "hydra.run.dir=run", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "drawn in the background" in done.stdout + done.stderr
-    assert wait_for_file(tmp_path / "run" / "curves.png")
-
-
-@pytest.mark.e2e
-def test_the_background_plot_process_draws_without_importing_torch(tmp_path: Path) -> None:
-    # It runs after every run that plots; torch was most of its CPU time.
+def test_the_plot_command_draws_without_importing_torch(tmp_path: Path) -> None:
+    # python -m beyondfit.observers.plots RUN_DIR: torch would be most of its CPU time.
     pytest.importorskip("matplotlib")
     done = cli("+task=regression", "train.epochs=2", "plots=false", "hydra.run.dir=run",
                cwd=tmp_path)

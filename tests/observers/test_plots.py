@@ -1,9 +1,15 @@
-"""curves.png: which panels, which points, and a real PNG at the end of a run."""
+"""curves.png: which panels, which points, and a real PNG at the end of a run, on disk when
+the run's command returns however the run ended."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import struct
+import subprocess
+import sys
+import time
 from functools import partial
 from pathlib import Path
 
@@ -22,7 +28,7 @@ from beyondfit.observers.plots import (
     series,
 )
 
-from kit import task_config, wait_for_file
+from kit import ROOT, WRAPPER, task_config
 
 config = partial(task_config, "regression")  # this file's task, composed as the CLI does
 
@@ -47,7 +53,7 @@ def write_rows(run_dir: Path, rows: list[dict]) -> Path:
 @pytest.mark.e2e
 def test_a_regression_run_ends_with_a_valid_curves_png(tmp_path: Path) -> None:
     run(config("train.epochs=3", "progress.bar=false"), tmp_path)
-    assert wait_for_file(tmp_path / "curves.png")  # drawn in a separate process
+    assert (tmp_path / "curves.png").is_file()  # drawn before run() returns
     width, height = png_size(tmp_path / "curves.png")
     # Two panels (loss; validation R²) at 100 dpi: sensible for a README or a glance.
     assert (width, height) == (840, 320)
@@ -133,3 +139,88 @@ def test_plots_setting_is_checked_and_matplotlib_is_optional(
         output_callbacks(config("plots=true"), tmp_path)
     with pytest.raises(BeyondfitError, match="plotting needs matplotlib"):
         require_matplotlib()
+
+
+def test_a_drawing_that_fails_is_one_warning_line_not_a_failed_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    write_rows(tmp_path, [{"kind": "train", "epoch": 1, "step": 1, "loss": 1.0}])
+
+    def full_disk(fig: object, path: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("beyondfit.observers.plots.save_png", full_disk)
+    plot = CurvesPlot(tmp_path)
+    with caplog.at_level("WARNING", logger="beyondfit"):
+        plot.on_fit_end(None, [])  # no exception: training is over, its files stay good
+    assert [r.getMessage() for r in caplog.records] == [
+        "curves.png not written: OSError: [Errno 28] No space left on device"
+    ]
+    assert plot.path is None and not (tmp_path / "curves.png").exists()
+
+
+# ------------------------------------------- the command line: curves.png when it returns
+def command(*args: str, cwd: Path, exe: tuple[str, ...] = (sys.executable, "-m", "beyondfit"),
+            step_delay: float = 0.0) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``python -m beyondfit ARGS`` with its output in files, not pipes: waiting for it is
+    waiting for the process alone (reading pipes to their end would also wait for any process
+    it left behind that holds them)."""
+    out = cwd / f"out-{time.monotonic_ns()}.txt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        "STEP_DELAY": str(step_delay)}  # read by kit.WRAPPER, which slows each step
+    with out.open("wb") as f:
+        proc = subprocess.Popen([*exe, *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                stdout=f, stderr=subprocess.STDOUT)
+    return proc, out
+
+
+@pytest.mark.e2e
+def test_curves_png_is_on_disk_when_the_command_returns(tmp_path: Path) -> None:
+    proc, out = command("+task=regression", "train.epochs=2", "hydra.run.dir=run", cwd=tmp_path)
+    code = proc.wait(timeout=600)
+    written = (tmp_path / "run" / "curves.png").is_file()  # at once: no waiting, no retry
+    text = out.read_text()
+    assert code == 0, text[-2000:]
+    assert written, text[-2000:]
+    png_size(tmp_path / "run" / "curves.png")
+    assert f"learning curves in {tmp_path / 'run' / 'curves.png'}" in text
+    assert "background" not in text and not (tmp_path / "run" / "curves.png.tmp").exists()
+
+
+@pytest.mark.e2e
+def test_each_job_of_a_multirun_that_stops_early_has_its_curves_when_it_returns(
+    tmp_path: Path,
+) -> None:
+    proc, out = command("-m", "+task=regression", "seed=0,1", "train.epochs=40",
+                        "task.early_stopping.patience=1", "hydra.sweep.dir=sweep", cwd=tmp_path)
+    code = proc.wait(timeout=600)
+    written = [(tmp_path / "sweep" / job / "curves.png").is_file() for job in ("0", "1")]
+    text = out.read_text()
+    assert code == 0, text[-2000:]
+    assert text.count("stopped early: val_loss did not improve") == 2, text[-2000:]
+    assert written == [True, True], text[-2000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_run_stopped_by_a_signal_has_its_curves_when_the_command_returns(
+    tmp_path: Path, signum: int, status: int
+) -> None:
+    """Ctrl-C and SIGTERM take the same path: finish the step, checkpoint, on_fit_end."""
+    run_dir = tmp_path / "run"
+    proc, out = command("+task=regression", "train.epochs=300", "task.early_stopping=null",
+                        "device=cpu", "engine.log_every=1", f"hydra.run.dir={run_dir}",
+                        cwd=tmp_path, exe=(sys.executable, "-c", WRAPPER), step_delay=0.02)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.is_file() and metrics.read_text().count("\n") >= 3):
+        assert proc.poll() is None, out.read_text()[-2000:]
+        assert time.monotonic() < deadline, "the run logged nothing"
+        time.sleep(0.01)
+    proc.send_signal(signum)
+    code = proc.wait(timeout=300)
+    written = (run_dir / "curves.png").is_file()
+    text = out.read_text()
+    assert code == status, text[-2000:]
+    assert "resume with:" in text and written, text[-2000:]
