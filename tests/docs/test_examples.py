@@ -13,8 +13,6 @@ from types import ModuleType
 
 import pytest
 
-from kit import wait_for_file
-
 # Examples and bench scripts run end to end, as their users run them.
 pytestmark = pytest.mark.e2e
 
@@ -140,4 +138,4 @@ def test_custom_pg_loss_from_the_command_line(tmp_path: Path) -> None:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert any("kl" in row for row in rows)
     assert (run_dir / "checkpoints" / "best.pt").is_file()
-    assert wait_for_file(run_dir / "curves.png")  # drawn in the background
+    assert (run_dir / "curves.png").is_file()  # drawn before the command returned
