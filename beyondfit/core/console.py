@@ -6,6 +6,11 @@
 plain :class:`~beyondfit.core.console.ConsoleLogger`: one line per epoch or mid-epoch evaluation,
 ``epoch 3/10 - loss: 0.1234 - val_loss: 0.1301 - 2.1s``. Both read the numbers the engine
 already synchronised for ``on_log``/``on_eval_end``: neither ever waits on the device.
+
+In a Jupyter notebook the bar is the one progress display (no epoch lines beside it): a
+widget while the fit runs, replaced when it ends by its final state as plain text, which a
+notebook saved afterwards shows as it is (a viewer without the widget's state, GitHub's
+included, would otherwise show a bar stuck at its first drawing, 0%).
 """
 
 from __future__ import annotations
@@ -149,9 +154,10 @@ def fit_progress(callbacks: list[Callback], verbose: bool | str, epochs: int | N
     try:
         with visible_logs() if added is not None else contextlib.nullcontext():
             yield
-    except KeyboardInterrupt:  # a notebook's "interrupt kernel": leave no bar half drawn
+    except BaseException as exc:  # a notebook's "interrupt kernel", an error: no bar left open
+        note = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped by an error"
         for bar in [c for c in callbacks if isinstance(c, ProgressBar)]:
-            bar.close()
+            bar.close(note)
         raise
     finally:
         if added is not None:
@@ -164,6 +170,13 @@ def _check_refresh(refresh: Any) -> None:
 
 class ProgressBar(ConsoleLogger):
     """A tqdm bar over the run's optimizer steps, above which the epoch lines still appear.
+
+    In a notebook (``stream`` left ``None``) it is an ipywidgets bar (tqdm.notebook's), or
+    tqdm's text bar when ipywidgets is not installed, and no epoch lines are printed: the
+    bar shows the epoch and the values. When the fit ends (or is interrupted, or fails) the
+    widget is closed and its output replaced by the final text line, e.g. ``epoch 2/2:
+    100%|██████████| 32/32 [00:00<00:00, 85.3step/s, loss=0.05488]``, so that the saved
+    notebook reads correctly without widget state.
 
     The step counter is advanced from ``on_step_end`` only when ``refresh`` seconds have
     passed (one clock read per step, no device sync); the numbers beside it come from
@@ -197,6 +210,9 @@ class ProgressBar(ConsoleLogger):
         self.metrics = list(metrics) if metrics else None
         self.stream = stream
         self.bar: Any = None
+        self.notebook = False  # set when the fit starts: a notebook shows no epoch lines
+        self._display: Any = None  # the notebook output the bar is shown in
+        self._engine: Engine | None = None  # the fit being shown, for its last step
         self._shown: dict[str, float] = {}
         self._last_draw = 0.0
         self._redirect: contextlib.ExitStack | None = None
@@ -208,11 +224,10 @@ class ProgressBar(ConsoleLogger):
         from tqdm import tqdm  # a dependency; imported here so `import beyondfit` stays light
 
         self.close()
-        if self.stream is None and in_notebook():  # a notebook widget (tqdm.auto's choice)
-            from tqdm.auto import tqdm as notebook_tqdm
-
-            self.bar = notebook_tqdm(total=self._total(engine), initial=engine.global_step,
-                                     unit="step", mininterval=self.refresh, leave=True)
+        self.notebook = self.stream is None and in_notebook()
+        if self.notebook and _has_widgets():
+            self.bar, self._display = _widget_bar(self._total(engine), engine.global_step,
+                                                  self.refresh)
         else:
             stream = self.stream if self.stream is not None else sys.stdout
             size = _terminal_size(stream)
@@ -227,6 +242,7 @@ class ProgressBar(ConsoleLogger):
                 mininterval=self.refresh,
                 leave=True,
             )
+        self._engine = engine
         self._describe(engine)
         self._redirect = _redirect_console_logs()
         self._last_draw = time.monotonic()
@@ -260,27 +276,46 @@ class ProgressBar(ConsoleLogger):
         self._advance(engine)
 
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Take the evaluation's values; print a line for a mid-epoch evaluation."""
+        """Take the evaluation's values; print a line for a mid-epoch evaluation (not in a
+        notebook, where the bar shows them)."""
         self._shown.update(logs)
         self._advance(engine)
-        super().on_eval_end(engine, logs)
+        if not self.notebook:
+            super().on_eval_end(engine, logs)
 
     def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Take the epoch's values and print the epoch line above the bar."""
+        """Take the epoch's values and print the epoch line above the bar (not in a
+        notebook, where the bar shows them)."""
         self._shown.update(logs)
         self._advance(engine)
-        super().on_epoch_end(engine, logs)
+        if not self.notebook:
+            super().on_epoch_end(engine, logs)
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Draw the final state and close the bar."""
-        self._advance(engine)
-        self.close()
+        if engine.interrupted:
+            self.close(f"interrupted ({engine.interrupted})")
+        else:
+            self.close("stopped early" if engine.stopped_by else "")
 
-    def close(self) -> None:
-        """Close the bar and restore console logging (safe to call twice, e.g. after an error)."""
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
+    def close(self, note: str = "") -> None:
+        """Close the bar and restore console logging (safe to call twice, e.g. after an error).
+
+        In a notebook the widget's output becomes the bar's final text line, followed by
+        ``note`` (``stopped early``, ``interrupted``) when one is given.
+        """
+        if self._engine is not None:  # an interrupt may come between two redraws
+            self._advance(self._engine)
+            self._engine = None
+        bar, self.bar = self.bar, None
+        if bar is not None and self._display is not None:
+            final = str(bar) + (f" - {note}" if note else "")
+            self._display.update({"text/plain": final}, raw=True)
+            self._display = None
+            bar.close()
+            _close_widget(bar.container)  # shown nowhere now: its models are let go
+        elif bar is not None:
+            bar.close()
         if self._redirect is not None:
             self._redirect.close()
             self._redirect = None
@@ -326,6 +361,40 @@ def _key_metrics(values: Mapping[str, float], limit: int = 4) -> list[str]:
     names += [n for n in values if n.startswith("val_") and n not in names and shown(n)]
     names += [n for n in values if n not in names and shown(n)]
     return names[:limit]
+
+
+def _has_widgets() -> bool:
+    """True when tqdm can draw its ipywidgets bar (ipywidgets is installed)."""
+    try:
+        from tqdm.notebook import IProgress
+    except ImportError:
+        return False
+    return IProgress is not None
+
+
+def _widget_bar(total: int | None, initial: int, refresh: float) -> tuple[Any, Any]:
+    """A tqdm.notebook bar shown in an output that can be replaced later: the bar, and the
+    display handle (``IPython.display.DisplayHandle``) of that output."""
+    from IPython.display import display
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    bar = notebook_tqdm(total=total, initial=initial, unit="step", mininterval=refresh,
+                        leave=True, display=False)
+    handle = display(bar.container, display_id=True)
+    bar.displayed = True
+    return bar, handle
+
+
+def _close_widget(widget: Any) -> None:
+    """Close an ipywidgets widget with its children, layouts and styles (``close`` alone
+    leaves those open, and a saved notebook keeps the state of every open one)."""
+    for child in getattr(widget, "children", ()):
+        _close_widget(child)
+    for part in ("layout", "style"):
+        owned = getattr(widget, part, None)
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
+    widget.close()
 
 
 def _terminal_size(stream: IO[str]) -> tuple[int, int] | None:

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from beyondfit import BeyondfitError, Engine, TensorBatches
+from beyondfit import BeyondfitError, Engine, StopRule, TensorBatches
 from beyondfit.core.console import ConsoleLogger, ProgressBar, progress_callback, wants_bar
 from beyondfit.core.logs import ConsoleFormatter
 
-from kit import make_engine
+from kit import SendSignal, make_engine
 
 
 class FakeTerminal(io.StringIO):
@@ -164,3 +164,68 @@ def test_default_bar_metrics_put_losses_and_returns_first() -> None:
         "episode_return": 30.0, "val_return": 47.0, "val_length": 47.0, "epoch": 1.0,
     }  # fmt: skip
     assert bar.postfix() == "loss=1, val_return=47, episode_return=30, policy_loss=0.5"
+
+
+# ------------------------------------------------------------------ in a Jupyter notebook
+class Output:
+    """An IPython display handle: what the notebook's output holds after each update."""
+
+    def __init__(self) -> None:
+        self.shown: list[object] = []
+
+    def update(self, obj: object, raw: bool = False) -> None:
+        self.shown.append(obj)
+
+
+@pytest.fixture
+def notebook(monkeypatch: pytest.MonkeyPatch) -> list[Output]:
+    """A notebook kernel as the bar sees it: the outputs it displays, one per bar."""
+    pytest.importorskip("ipywidgets")
+    outputs: list[Output] = []
+
+    def display(obj: object, display_id: bool = False) -> Output:
+        assert display_id, "a bar's output must be replaceable"
+        outputs.append(Output())
+        outputs[-1].shown.append(obj)
+        return outputs[-1]
+
+    monkeypatch.setattr("beyondfit.core.console.in_notebook", lambda: True)
+    monkeypatch.setattr("IPython.display.display", display)
+    return outputs
+
+
+def test_in_a_notebook_the_bar_is_the_one_display_and_ends_as_plain_text(
+    notebook: list[Output], caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="beyondfit")
+    engine = linear_engine([])
+    engine.fit(data(), epochs=2, val_data=val())  # verbose="auto": the notebook's bar
+    (output,) = notebook
+    widget, final = output.shown  # the widget while it ran, then its last state as text
+    assert type(widget).__name__ == "TqdmHBox" and widget.comm is None  # closed
+    assert re.fullmatch(r"epoch 2/2: 100%\|█+\| 10/10 \[.*step/s, loss=.*\]", final["text/plain"])
+    assert set(final) == {"text/plain"}  # nothing that needs the widget's state
+    assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]
+    assert "epoch" not in capsys.readouterr().out
+
+
+def test_a_notebook_bar_says_how_the_fit_ended(notebook: list[Output]) -> None:
+    linear_engine([StopRule("loss<1e9")]).fit(data(), epochs=5, val_data=val())
+    with pytest.raises(KeyboardInterrupt):
+        linear_engine([SendSignal(3)]).fit(data(), epochs=1)
+    early, interrupted = (output.shown[-1]["text/plain"] for output in notebook)
+    assert re.fullmatch(r"epoch 1/5:  20%.*\| 5/25 \[.*\] - stopped early", early), early
+    assert re.fullmatch(r"epoch 1/1:  60%.*\| 3/5 \[.*\] - interrupted", interrupted), interrupted
+
+
+def test_a_notebook_without_ipywidgets_gets_the_text_bar_alone(
+    notebook: list[Output], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="beyondfit")
+    monkeypatch.setattr("beyondfit.core.console._has_widgets", lambda: False)
+    linear_engine([]).fit(data(), epochs=2)
+    assert notebook == []  # no widget
+    shown = capsys.readouterr().out
+    assert "10/10" in shown and not re.search(r"epoch \d/2 - loss", shown)
+    assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]

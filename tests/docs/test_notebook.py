@@ -1,5 +1,7 @@
-"""``Engine.fit`` in Jupyter: a notebook progress bar, and "interrupt kernel" stopping the fit
-with the engine's state kept. A small notebook runs headless (nbclient + ipykernel).
+"""``Engine.fit`` in Jupyter: one progress display, a widget bar that the notebook keeps as its
+final text state (what a notebook saved afterwards shows, in any viewer), and "interrupt
+kernel" stopping the fit with the engine's state kept. A small notebook runs headless
+(nbclient + ipykernel).
 
 Marked slow: starting a kernel takes a few seconds on its own (about 15 s in all here).
 """
@@ -7,6 +9,7 @@ Marked slow: starting a kernel takes a few seconds on its own (about 15 s in all
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 
 import pytest
@@ -68,16 +71,38 @@ CELLS = [
 ]
 
 
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def progress_text(outputs: list) -> str:
+    """The one progress display of a cell's outputs, as plain text, checking that it is the
+    only one, that it needs no widget state, and that no epoch lines were printed beside it."""
+    (shown,) = [o for o in outputs if o.output_type in ("display_data", "update_display_data")]
+    assert set(shown.data) == {"text/plain"}, shown.data  # the widget was replaced by its text
+    printed = "".join(o.text for o in outputs if o.output_type == "stream")
+    assert not re.search(r"^epoch \d", printed, flags=re.M), printed
+    return shown.data["text/plain"]
+
+
 @pytest.mark.slow
-def test_fit_in_a_notebook_shows_a_widget_bar_and_stops_cleanly_on_interrupt(tmp_path, monkeypatch):
+def test_fit_in_a_notebook_shows_one_bar_saved_as_its_final_text_and_stops_on_interrupt(
+    tmp_path, monkeypatch
+):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the kernel imports this checkout
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [nbformat.v4.new_code_cell(textwrap.dedent(c).strip()) for c in CELLS]
     notebook.cells[2].metadata["tags"] = ["raises-exception"]  # the interrupt is expected
     nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
                             resources={"metadata": {"path": str(tmp_path)}}).execute()
-    bar = notebook.cells[1].outputs
-    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in bar), bar
+    # Saved as a viewer without widget state shows it: no output refers to a widget model.
+    nbformat.write(notebook, tmp_path / "fit.ipynb")
+    saved = nbformat.read(tmp_path / "fit.ipynb", as_version=4)
+    assert WIDGET not in json.dumps([cell.outputs for cell in saved.cells])
+    final = progress_text(saved.cells[1].outputs)
+    assert re.fullmatch(r"epoch 2/2: 100%\|█+\| 32/32 \[.*step/s, loss=[\d.e-]+\]", final), final
+    stopped = progress_text(saved.cells[2].outputs)
+    assert re.fullmatch(r"epoch 3/3:  83%\|.*\| 40/48 \[.*\] - interrupted", stopped), stopped
+    assert re.match(r"epoch \d+: 100%\|█+\| 56/56 ", progress_text(saved.cells[3].outputs))
     interrupted = notebook.cells[2].outputs
     errors = [o.get("ename") for o in interrupted if o.output_type == "error"]
     assert errors == ["KeyboardInterrupt"]
