@@ -133,14 +133,15 @@ def swapped_targets(overrides: Iterable[str]) -> set[str]:
     return swapped
 
 
-def fit_to_targets(section: DictConfig, key: str, swapped: Collection[str] = ()) -> None:
+def fit_to_targets(section: DictConfig, key: str, swapped: Collection[str] = ()) -> list[str]:
     """Locate every ``_target_`` in ``section`` and check its options against its signature.
 
     Options a target does not take are an error, except in the nodes named in ``swapped``
-    (their ``_target_`` was replaced on the command line; ``"*"``: all), where they are left out
-    with one warning line, e.g. ``task: mymod.build takes no option(s) dropout, hidden; left out``.
-    Edits ``section`` in place (pass a copy).
+    (their ``_target_`` was replaced on the command line; ``"*"``: all), where they are left out;
+    returns the warning line for each such node, e.g. ``task: mymod.build takes no option(s)
+    dropout, hidden; left out``. Edits ``section`` in place (pass a copy).
     """
+    left_out = []
     for node, where in list(_nodes(section, key)):
         target = locate(node._target_, where)
         accepted = accepted_options(target)
@@ -154,10 +155,11 @@ def fit_to_targets(section: DictConfig, key: str, swapped: Collection[str] = ())
                 f"{where}: {node._target_} takes no option(s) {', '.join(extra)}; its options: "
                 f"{', '.join(sorted(accepted)) or 'none'}"
             )
-        log.warning("%s: %s takes no option(s) %s; left out", where, node._target_,
-                    ", ".join(extra))
+        left_out.append(f"{where}: {node._target_} takes no option(s) {', '.join(extra)}; "
+                        "left out")
         for name in extra:
             del node[name]
+    return left_out
 
 
 def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] = ()) -> Any:
@@ -174,7 +176,7 @@ def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] 
 
     # A resolved copy: the run's config keeps every option (checkpoints store it).
     section = OmegaConf.create(OmegaConf.to_container(section, resolve=True))
-    fit_to_targets(section, key, swapped)
+    left_out = fit_to_targets(section, key, swapped)
     # Hydra names a failing node by its key below the section, list items run together
     # (wrappers0); the walk knows it as task.wrappers[0], and the target as the user spelled it.
     named = {
@@ -182,9 +184,12 @@ def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] 
         for node, mine in _nodes(section, key)
     }
     try:
-        return instantiate(section, _convert_="all")
+        built = instantiate(section, _convert_="all")
     except InstantiationException as exc:
         cause = exc.__cause__
+        if cause is not None:  # a target ran and failed: what was left out may be why
+            for line in left_out:
+                log.warning("%s", line)
         if isinstance(cause, BeyondfitError):
             raise cause from None
         text = str(exc)
@@ -203,3 +208,7 @@ def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] 
         raise BeyondfitError(
             f"{where} ({name}) raised {type(cause).__name__}: {message}{_where(cause)}{hint}"
         ) from None
+    # Said once the targets are built: a blocklisted one is refused in its line alone.
+    for line in left_out:
+        log.warning("%s", line)
+    return built

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import ROOT, cli
+from kit import ROOT, cli, one_line_exit_2
 
 pytest.importorskip("matplotlib")
 
@@ -58,9 +58,9 @@ def test_a_dangerous_target_on_the_command_line_is_refused_in_one_line(tmp_path:
     assert floor and parse(version("hydra-core")) >= parse(floor.group(1)) >= parse("1.3.7")
     done = cli("+task=regression", "task._target_=os.system", "hydra.run.dir=run",
                cwd=tmp_path)
-    assert done.returncode == 2, done.stderr
-    error = [line for line in done.stderr.splitlines() if "error" in line]
-    assert len(error) == 1 and "Target 'os.system' is blocklisted" in error[0], done.stderr
+    # Its line alone: no warning first that os.system takes none of regression's options
+    # (issue 29's trial; the options left out are said once the targets are built).
+    one_line_exit_2(done, "Target 'os.system' is blocklisted")
 
 
 def parse(text: str) -> tuple[int, ...]:
