@@ -166,8 +166,9 @@ class ClaimRunDir(_HydraCallback):  # type: ignore[misc,valid-type]
 
 
 def os_error_line(exc: OSError) -> str:
-    """One line for a file-system error: the path, the reason, and what to do."""
-    path = exc.filename
+    """One line for a file-system error: the path, the reason, and what to do. A failed write
+    names no file (a full disk as Hydra writes .hydra/): then the run directory is named."""
+    path = exc.filename or (next(iter(_held)) if len(_held) == 1 else None)
     reason = exc.strerror or str(exc) or type(exc).__name__
     hint = {
         errno.ENOSPC: "the disk is full: free space, then continue with resume=RUN_DIR",
@@ -178,6 +179,8 @@ def os_error_line(exc: OSError) -> str:
         errno.EEXIST: "a file is where a folder should be: move it away",
         errno.ENOTDIR: "a file is where a folder should be: move it away",
         errno.EISDIR: "a folder is where a file should be: move it away",
+        errno.EFBIG: "the file grew past this process's file-size limit (ulimit -f): raise it, "
+                     "then continue with resume=RUN_DIR",
     }.get(exc.errno or 0, "check the path")
     where = f" {str(path)!r}" if path else ""
     return f"cannot use{where}: {reason} ({hint})"

@@ -90,11 +90,26 @@ def atomic_save(obj: Any, path: str | os.PathLike[str]) -> Path:
         os.replace(tmp, path)
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise with_path(exc, path) from exc
+        # torch's zip writer reports a failed write (a full disk, a file-size limit) as a
+        # RuntimeError ("unexpected pos") raised while handling the OSError: name the OSError.
+        failed = exc if isinstance(exc, OSError) else _os_error_behind(exc)
+        if failed is not None:
+            raise with_path(failed, path) from exc
         raise
     _fsync_dir(path.parent)
     return path
+
+
+def _os_error_behind(exc: BaseException) -> OSError | None:
+    """The OSError an Exception was raised while handling (or from), if any."""
+    if not isinstance(exc, Exception):
+        return None  # a Ctrl-C stays a Ctrl-C
+    seen = exc.__cause__ or exc.__context__
+    for _ in range(5):
+        if seen is None or isinstance(seen, OSError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _fsync_dir(directory: Path) -> None:

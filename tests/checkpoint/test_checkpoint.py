@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import pickle
 import re
 from collections import OrderedDict
@@ -235,6 +237,35 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(
         ckpt.save(engine)  # the same step: would replace the file
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000005.pt"]  # no temp file
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EFBIG])
+def test_a_write_torch_reports_as_a_runtime_error_is_the_os_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """A full disk (or a file-size limit) under torch's zip writer surfaces as a RuntimeError
+    ("unexpected pos") raised while handling the write's OSError, which names no file: issue
+    29's full disk was two lines and no path. atomic_save raises the OSError, naming the file."""
+    from beyondfit.core import serialization
+
+    ckpt = Checkpointer(tmp_path, every=None, monitor=None)
+    engine, data = engine_and_data(callbacks=(ckpt,))
+    engine.fit(data, epochs=1)
+    written = [0]
+
+    def write(self: object, chunk: bytes) -> int:
+        written[0] += len(chunk)
+        if written[0] > 2000:  # part of the way: as a disk that fills while writing
+            raise OSError(code, os.strerror(code))
+        return self.file.write(chunk)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(serialization._HashingWriter, "write", write)
+    with pytest.raises(OSError) as info:
+        ckpt.save(engine)
+    assert info.value.errno == code and info.value.filename == str(tmp_path / "step-00000005.pt")
+    assert isinstance(info.value.__cause__, RuntimeError)  # what torch raised
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-00000005.pt"]  # no temp file
+    assert safe_load(tmp_path / "step-00000005.pt")["counters"]["global_step"] == 5
 
 
 def test_stale_temp_files_are_removed_and_newer_files_set_aside(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -236,6 +237,84 @@ def test_a_full_disk_is_one_line_and_the_previous_checkpoint_stays(
                                   "(the disk is full: free space, then continue with resume=")
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == ["step-00000005.pt"]
     assert safe_load(run_dir / "checkpoints" / "step-00000005.pt")["counters"]["global_step"] == 5
+
+
+#: Hydra writing .hydra/ on a full disk: the write fails without naming a file.
+RECORDS_FULL_PATCH = """
+import errno, os
+import hydra.core.utils as utils
+def save_config(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+utils._save_config = save_config
+"""
+
+
+@pytest.mark.e2e
+def test_a_full_disk_as_hydra_writes_its_records_names_the_run_directory(
+        tmp_path: Path) -> None:  # fmt: skip
+    """Issue 29's full disk: two lines (Hydra's "Error executing job" and ours) and no path."""
+    run_dir = tmp_path / "run"
+    (result,) = cli_batch([[*REGRESSION, f"hydra.run.dir={run_dir}"]], tmp_path,
+                          patch=RECORDS_FULL_PATCH)
+    one_line_exit_2(result, f"cannot use '{run_dir}': No space left on device (the disk is "
+                            "full: free space, then continue with resume=")
+
+
+def _on_a_small_disk(size: str, args: list[str], folder: Path) -> tuple[int, str, list[str]]:
+    """Run the command line with its run directory on a ``size`` tmpfs of its own (a mount
+    namespace, ``unshare -Urm``): its exit status, stderr and the checkpoints it left."""
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare to mount a small file system")
+    mount = folder / "mnt"
+    mount.mkdir()
+    script = (f"mount -t tmpfs -o size={size} tmpfs {mount} || exit 99\n"
+              f'"{sys.executable}" -m beyondfit "$@" hydra.run.dir={mount}/run; code=$?\n'
+              f"cp -r {mount}/run {folder}/left 2>/dev/null; exit $code\n")
+    env = {**os.environ, "PYTHONPATH": str(kit.ROOT)}
+    done = subprocess.run(["unshare", "-Urm", "sh", "-c", script, "sh", *args], cwd=folder,
+                          env=env, capture_output=True, text=True, timeout=300)
+    if done.returncode == 99 or "unshare:" in done.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()[:200]}")
+    left = sorted(p.name for p in (folder / "left" / "checkpoints").glob("*.pt"))
+    return done.returncode, done.stderr, left
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("size", "failed", "kept"), [
+    ("12k", "run", []),  # Hydra's records
+    ("64k", "run/checkpoints/step-00000005.pt", []),
+    ("200k", "run/checkpoints/step-00000010.pt", ["step-00000005.pt"])])
+def test_a_real_full_disk_is_one_line_naming_the_file_and_the_checkpoints_load(
+        tmp_path: Path, size: str, failed: str, kept: list[str]) -> None:  # fmt: skip
+    """Not a simulated one: a tmpfs of ``size`` fills at Hydra's records, at the first or at a
+    later checkpoint (torch's zip writer said "unexpected pos", a RuntimeError, over the
+    ENOSPC). One line naming the file; each checkpoint written before still loads."""
+    code, stderr, left = _on_a_small_disk(size, REGRESSION, tmp_path)
+    one_line_exit_2({"code": code, "stderr": stderr, "stdout": ""},
+                    f"cannot use '{tmp_path / 'mnt' / failed}': No space left on device")
+    assert left == kept, left
+    for name in left:
+        assert safe_load(tmp_path / "left" / "checkpoints" / name)["counters"]["global_step"] == 5
+
+
+@pytest.mark.e2e
+def test_a_checkpoint_past_the_file_size_limit_is_one_line_naming_it(tmp_path: Path) -> None:
+    """``ulimit -f`` below a checkpoint's size: EFBIG under torch's writer, as a full disk."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(kit.ROOT)}
+    done = subprocess.run([sys.executable, "-m", "beyondfit", *REGRESSION,
+                           "task.hidden=[256,256]", f"hydra.run.dir={run_dir}"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit)  # fmt: skip
+    one_line_exit_2(done, f"cannot use '{run_dir / 'checkpoints' / 'step-00000005.pt'}': File "
+                          "too large (the file grew past this process's file-size limit "
+                          "(ulimit -f): raise it, then continue with resume=RUN_DIR)")
+    assert not list((run_dir / "checkpoints").iterdir())  # no half-written or temporary file
 
 
 def test_os_error_line_names_the_path_and_the_fix() -> None:
