@@ -25,6 +25,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from beyondfit.cli.bounds import out_of_memory_line
 from beyondfit.cli.choices import INFO_FLAGS, check_choices, fail, user_config_dirs
 from beyondfit.cli.configs import CONF_DIR
 from beyondfit.cli.fastpath import compose_once
@@ -87,9 +88,12 @@ def _job(cfg: DictConfig) -> float | None:
         # A trial that diverged or whose sampled settings do not work: the search goes on.
         print(f"beyondfit: trial failed, scored {worst_objective(mode)}: {exc}", file=sys.stderr)
         return worst_objective(mode)
-    except OSError as exc:  # a full disk, a read-only or blocked path: name it, no traceback
-        if not job_failed(os_error_line(exc)):
-            fail(os_error_line(exc))
+    except (OSError, RuntimeError, MemoryError) as exc:  # a full disk, a blocked path, no memory
+        line = os_error_line(exc) if isinstance(exc, OSError) else out_of_memory_line(exc)
+        if line is None:
+            raise
+        if not job_failed(line):
+            fail(line)
         return None
     except TrainingInterrupted as exc:
         print(f"beyondfit: {exc}", file=sys.stderr)
@@ -219,8 +223,11 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
         run(cfg, run_dir)
     except BeyondfitError as exc:
         fail(str(exc))
-    except OSError as exc:
-        fail(os_error_line(exc))
+    except (OSError, RuntimeError, MemoryError) as exc:
+        line = os_error_line(exc) if isinstance(exc, OSError) else out_of_memory_line(exc)
+        if line is None:
+            raise
+        fail(line)
     except TrainingInterrupted as exc:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
 

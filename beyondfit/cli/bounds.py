@@ -15,9 +15,8 @@ buffer's rows (an observation, an action, a reward, the next observation and two
 from __future__ import annotations
 
 import itertools
-import os
+import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from beyondfit.core.errors import BeyondfitError
@@ -86,21 +85,30 @@ def _section(task: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def machine_memory(device: str = "auto") -> tuple[int, str]:
-    """``(bytes, name)`` of the memory a run on ``device`` has: the GPU's when training on
-    CUDA, else the RAM (within a container's limit)."""
-    import torch
+    """``(bytes, name)`` of the memory a run on ``device`` has (the GPU's when training on CUDA,
+    else the RAM within a container's and this process's limits):
+    :func:`beyondfit.core.device.machine_memory`."""
+    from beyondfit.core.device import machine_memory as memory
 
-    if str(device) in ("auto", "cuda") or str(device).startswith("cuda:"):
-        if torch.cuda.is_available():
-            index = int(str(device).split(":")[1]) if ":" in str(device) else 0
-            return torch.cuda.get_device_properties(index).total_memory, "the GPU"
-    ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:  # cgroup v2: a container's own limit, when it has one
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        ram = min(ram, int(limit)) if limit.isdigit() else ram
-    except OSError:
-        pass
-    return ram, "this machine"
+    return memory(device)
+
+
+def out_of_memory_line(exc: BaseException) -> str | None:
+    """One line for an allocation the allocator refused (torch's CPU or GPU allocator, or
+    Python's ``MemoryError``); ``None`` for any other exception."""
+    text = " ".join(str(exc).split())
+    gpu = type(exc).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text
+    if not (gpu or isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and (
+            "can't allocate memory" in text or "out of memory" in text.lower()))):
+        return None
+    size = re.search(r"tried to allocate (\d+) bytes", text, re.I)
+    gpu_size = re.search(r"tried to allocate ([\d.]+ [KMGT]i?B)", text, re.I)
+    asked = (f" (an allocation of {_gb(int(size.group(1)))} was refused)" if size
+             else f" (an allocation of {gpu_size.group(1)} was refused)" if gpu_size else "")
+    where = "the GPU has" if gpu else "this machine (or this process's ulimit -v) gives"
+    return (f"out of memory{asked}: this config's sizes (task.hidden, the batch size, "
+            f"task.replay.buffer_size, task.num_envs) need more memory than {where}; choose "
+            "smaller values")
 
 
 def _widths(value: Any) -> list[int]:
@@ -123,4 +131,6 @@ def _short(widths: list[int]) -> str:
 
 
 def _gb(size: float) -> str:
-    return f"{size / 1e9:,.1f} GB" if size >= 1e8 else f"{size / 1e6:,.1f} MB"
+    from beyondfit.core.device import gigabytes
+
+    return gigabytes(size)

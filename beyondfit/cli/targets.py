@@ -200,6 +200,11 @@ def instantiate_section(section: DictConfig, key: str, swapped: Collection[str] 
             # then names the key: one line of the message, without the key it adds.
             said = " ".join(text.split("full_key:")[0].split())
             raise BeyondfitError(f"cannot build {where} ({name}): {said}") from None
+        from beyondfit.cli.bounds import out_of_memory_line
+
+        if out_of_memory_line(cause) is not None:
+            raise BeyondfitError(f"building {where} ({name}) ran {out_of_memory_line(cause)}"
+                                 ) from None
         message = " ".join(str(cause).split()) or "(no message)"
         hint = ""
         if where != key and isinstance(cause, TypeError) and "required positional" in message:

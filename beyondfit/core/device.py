@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,6 +48,35 @@ def resolve_device(device: str | torch.device = "auto") -> torch.device:
     elif dev.type not in ("cpu", "cuda", "mps"):
         raise BeyondfitError(f"device={name!r} is not supported; use auto, cpu, cuda[:N] or mps")
     return dev
+
+
+def machine_memory(device: str = "auto") -> tuple[int, str]:
+    """``(bytes, name)`` of the memory a run on ``device`` has: the GPU's when training on
+    CUDA, else the RAM within a container's limit and this process's address-space limit
+    (``ulimit -v``)."""
+    if str(device) in ("auto", "cuda") or str(device).startswith("cuda:"):
+        if torch.cuda.is_available():
+            index = int(str(device).split(":")[1]) if ":" in str(device) else 0
+            return torch.cuda.get_device_properties(index).total_memory, "the GPU"
+    ram, where = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "this machine"
+    try:  # cgroup v2: a container's own limit, when it has one
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        ram = min(ram, int(limit)) if limit.isdigit() else ram
+    except OSError:
+        pass
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return ram, where
+    space = resource.getrlimit(resource.RLIMIT_AS)[0]
+    if space != resource.RLIM_INFINITY and 0 <= space < ram:
+        ram, where = space, "this process (ulimit -v)"
+    return ram, where
+
+
+def gigabytes(size: float) -> str:
+    """``1,248.0 GB`` (or ``12.5 MB`` below 0.1 GB)."""
+    return f"{size / 1e9:,.1f} GB" if size >= 1e8 else f"{size / 1e6:,.1f} MB"
 
 
 def _mps_available() -> bool:

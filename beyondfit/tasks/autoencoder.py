@@ -30,6 +30,7 @@ from beyondfit.data import split
 from beyondfit.data.bundled import digits
 from beyondfit.nets import mlp
 from beyondfit.observers.plots import skipped_without_matplotlib
+from beyondfit.tasks.supervised import check_net_fits
 
 ARCHS = ("mlp", "conv")
 #: Validation rows per evaluation batch (bounds memory on large user files).
@@ -101,6 +102,9 @@ def build(
 
     torch.manual_seed(seed)  # the weights depend on the seed alone, not on what ran before
     if arch == "mlp":
+        rows = min(batch_size, len(x_train)) if isinstance(batch_size, int) else 1
+        check_net_fits([n_features, *hidden, latent_dim, *reversed(list(hidden)), n_features],
+                       rows, hidden)
         model: nn.Module = MLPAutoencoder(n_features, list(hidden), latent_dim)
     else:
         model = ConvAutoencoder(shape, latent_dim, channels)

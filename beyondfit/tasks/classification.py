@@ -34,7 +34,9 @@ from beyondfit.data.tables import Table, printable
 from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
 from beyondfit.observers.plots import skipped_without_matplotlib
 from beyondfit.tasks.supervised import (
+    auto_batch_size,
     auto_hidden,
+    check_net_fits,
     prepare_features,
     read_source,
     refuse_missing_target,
@@ -97,6 +99,8 @@ def build(
 
     widths = auto_hidden(hidden, len(x_train))
     n_in, n_classes = x_train.shape[1], len(classes)
+    check_net_fits([n_in, *widths, n_classes],
+                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
     check_number("task.bins", bins, integer=True, at_least=2, allow_none=True,
                  example="task.bins=32 (or task.bins=null)")
     check_number("task.label_smoothing", label_smoothing, at_least=0.0, at_most=0.9,

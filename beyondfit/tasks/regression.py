@@ -26,7 +26,9 @@ from beyondfit.data.tables import Table
 from beyondfit.nets import WideAndDeep, mlp
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
+    auto_batch_size,
     auto_hidden,
+    check_net_fits,
     prepare_features,
     read_source,
     refuse_missing_target,
@@ -80,6 +82,8 @@ def build(
 
     widths = auto_hidden(hidden, len(x_train))
     n_in, n_out = x_train.shape[1], y_train.shape[1]
+    check_net_fits([n_in, *widths, n_out],
+                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
     start_logs = None
     if wide:
         model: torch.nn.Module = WideAndDeep(n_in, widths, n_out, dropout=dropout)

@@ -165,6 +165,31 @@ def auto_hidden(hidden: Any, n_train: int) -> list[int]:
     return widths
 
 
+def check_net_fits(sizes: Sequence[int], batch_size: int, hidden: Sequence[int],
+                   key: str = "task.hidden") -> None:
+    """Refuse, before it is built, a network of layer ``sizes`` (inputs first; the setting
+    ``key=hidden``) whose weights with their gradients and two Adam moments, and one batch's
+    activations, cannot fit in the memory there is. The command line's bound
+    (``cli/bounds.py``) takes every input one value wide; here the table's columns are known,
+    so ``task.hidden=[100000000]`` over 10 columns is one line, not an allocation that grows
+    until the system stops it."""
+    import itertools
+
+    from beyondfit.core.device import gigabytes, machine_memory
+
+    weights = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
+    need = 4 * 4 * weights + 2 * 4 * batch_size * sum(sizes[1:])
+    memory, where = machine_memory("cpu")  # a task builds its model on the CPU
+    if need > memory:
+        widths = list(hidden)
+        raise BeyondfitError(
+            f"{key}={widths if len(widths) <= 4 else [widths[0], '...', widths[-1]]} over "
+            f"{sizes[0]} input values needs at least {gigabytes(need)} of memory (weights, "
+            f"gradients, optimizer moments, a batch of {batch_size}), more than {where} has "
+            f"({gigabytes(memory)}); choose smaller widths, e.g. {key}=[64,64]"
+        )
+
+
 def auto_batch_size(batch_size: Any, n_train: int) -> int:
     """``batch_size`` as a number; ``"auto"``: about 1/30 of the training rows, 32 to 256.
 
