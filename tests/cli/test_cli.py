@@ -16,7 +16,7 @@ from beyondfit import BeyondfitError
 from beyondfit.cli.app import check_choices
 from beyondfit.cli.run import CONF_DIR, available, no_task_message, output_callbacks
 
-from kit import cli, wait_for_file
+from kit import cli
 
 # Optional or heavy libraries the supervised path must not import unless asked. (Hydra
 # imports every installed plugin's small config module at start-up, the Optuna sweeper's
@@ -159,7 +159,7 @@ def test_a_supervised_run_starts_without_heavy_imports(tmp_path: Path) -> None:
     assert seen["first_step"] == []
     # At the very end curves.png is drawn (plots=auto), which is matplotlib's only use.
     assert [m for m in seen["end"] if m != "matplotlib"] == []
-    assert wait_for_file(tmp_path / "curves.png")
+    assert (tmp_path / "curves.png").is_file()  # drawn before run() returned
 
 
 def test_csv_logger_widens_its_header_and_cuts_back_on_resume(tmp_path: Path) -> None:
