@@ -252,17 +252,6 @@ def rows(run_dir: Path, *, timeless: bool = False) -> list[dict[str, Any]]:
     return found
 
 
-def wait_for_file(path: Path, timeout: float = 120.0) -> bool:
-    """True once ``path`` is a file: the command line draws ``curves.png`` in a separate
-    process after it returns (``CurvesPlot(background=True)``)."""
-    deadline = time.monotonic() + timeout
-    while not Path(path).is_file():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def sum_data(n: int = 128, d: int = 8, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A tiny regression problem: ``y = x.sum(1)`` for Gaussian ``x`` of shape ``(n, d)``."""
     g = torch.Generator().manual_seed(seed)
