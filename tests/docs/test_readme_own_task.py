@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import CORRIDOR_ENV, doc_section, readme_block, rows
+from kit import CORRIDOR_ENV, cli, doc_section, readme_block, rows
 
 ROOT = Path(__file__).resolve().parents[2]
 #: The section's command lines, as the coverage test (docs/test_commands_covered.py) knows them.
@@ -52,6 +52,8 @@ def run_as_typed(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
             value = rest.replace("DATE", only.name)
             args[i] = f"{prefix}={value}" if prefix else value
     assert args[0] == "python", line
+    if args[1:3] == ["-m", "beyondfit"]:  # the command line itself: forked from a warm process
+        return cli(*args[3:], cwd=cwd, timeout=900)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the package, installed
     return subprocess.run([sys.executable, *args[1:]], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -121,7 +123,9 @@ def test_the_readmes_loss_and_env_commands_run_and_solve(tmp_path: Path) -> None
     (tmp_path / "conf" / "algo").mkdir(parents=True)
     assert "mymod.my_loss" in USER_ALGO  # a copy of conf/algo/ppo.yaml with the loss replaced
     (tmp_path / "conf" / "algo" / "mine.yaml").write_text(USER_ALGO)
-    lines = section_commands()[1] + section_commands()[2]
+    blocks = [readme_block(title, "bash") for title in ("Your own policy-gradient loss",
+                                                        "Your own env")]
+    lines = [line for block in blocks for line in block.splitlines() if line.strip()]
     assert len(lines) == 4
     for line in lines:
         done = run_as_typed(line, tmp_path)
