@@ -241,3 +241,21 @@ def test_compile_bench_whole_runs_time_eager_cold_and_warm(monkeypatch):
     text = bench.measure_e2e(["tiny"])
     cells = text.splitlines()[-1].strip("|").split("|")
     assert cells[0].strip() == "tiny" and all(float(c) > 0 for c in cells[1:])
+
+
+def test_trial_breaks_small_set_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/trial_breaks.py --small: one case of each kind issue 29's trial broke (a forged
+    off-policy checkpoint, a size past the memory, compare on a FIFO, a table wider than
+    long, a logger's blocked target, a Ctrl-C after the lock, a full disk, a setting), each
+    one line with exit 2, a correct run, or a clean stop; the table says so."""
+    trial = _load("trial_breaks")
+    code = trial.main(["--small", "--work", str(tmp_path / "work"),
+                       "--out", str(tmp_path / "table.md")])
+    text = capsys.readouterr().out
+    assert code == 0, text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(rows) == 1 + sum(case.small for case in trial.catalogue())  # header + cases
+    assert "**BROKE**" not in text and "**YES**" not in text  # no break, no traceback
+    assert "| sac-data-none | off-policy checkpoint (SAC) | refused | 2 | yes | no | yes | yes |" \
+        in text
+    assert (tmp_path / "table.md").read_text().startswith("# Issue 29's adversarial trial")
