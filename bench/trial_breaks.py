@@ -491,7 +491,8 @@ def signal_when(marker: str, signum: int, *, in_file: str | None = None,
         with out_file.open("w") as out, err_file.open("w") as err:
             proc = subprocess.Popen([sys.executable, "-m", "beyondfit", *args,
                                      f"hydra.run.dir={folder / 'run'}"], cwd=folder,
-                                    env=trial.env, stdout=out, stderr=err)
+                                    env=trial.env, stdout=out, stderr=err,
+                                    preexec_fn=_held_to_memory)
             watched = folder / "run" / in_file if in_file else out_file
             deadline = time.monotonic() + 300
             while proc.poll() is None and time.monotonic() < deadline:
@@ -519,6 +520,10 @@ def signal_when(marker: str, signum: int, *, in_file: str | None = None,
     return run
 
 
+def _held_to_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+
 def _checkpoints_load(run: Path) -> str:
     from beyondfit.core.errors import BeyondfitError
     from beyondfit.core.serialization import safe_load
@@ -537,6 +542,7 @@ set -e
 mount -t tmpfs -o size={size} tmpfs {mnt}
 cd {mnt}
 set +e
+ulimit -v {kib}
 "{python}" -m beyondfit {args} hydra.run.dir={mnt}/run > {folder}/out.txt 2> {folder}/err.txt
 echo $? > {folder}/code.txt
 cp -r {mnt}/run {folder}/left 2> /dev/null
@@ -553,6 +559,7 @@ def full_disk(size: str, args: tuple[str, ...]) -> Callable[[Trial], Outcome]:
         mnt = folder / "mnt"
         mnt.mkdir()
         shell = FULL_DISK.format(size=size, mnt=mnt, python=sys.executable, folder=folder,
+                                 kib=MEMORY // 1024,
                                  args=" ".join(f"'{a}'" for a in args))
         start = time.monotonic()
         if shutil.which("unshare") is None:
