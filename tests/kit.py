@@ -61,13 +61,22 @@ def cli(
 
 
 # The fork server's program: import what every run imports (torch, its compiler front end that
-# the first optimizer pulls in, Hydra, the command line), then fork one child per request, which
-# runs `python -m beyondfit ARGS` in its own cwd, environment and pipes; the server reads the
-# pipes to their end (background processes included, as subprocess.run does) and answers.
+# the first optimizer pulls in, Hydra, the command line, and what many runs import at their end),
+# then fork one child per request, which runs `python -m beyondfit ARGS` in its own cwd,
+# environment and pipes; the server reads the pipes to their end (background processes
+# included, as subprocess.run does) and answers.
 _FORK_SERVER = r"""
 import json, os, selectors, signal, sys, time
 import torch, torch._dynamo, torch.optim, hydra, omegaconf
 import beyondfit.cli.app, beyondfit.cli.run
+# What many runs import at their end (the plots, the classification report's baseline, the
+# metric objects, the envs), when installed: once here instead of once per run.
+for name in ("matplotlib.figure", "matplotlib.backends.backend_agg", "sklearn.linear_model",
+             "torchmetrics", "gymnasium"):
+    try:
+        __import__(name)
+    except ImportError:
+        pass
 
 BASE = [p for p in sys.path[1:] if p not in os.environ.get("PYTHONPATH", "").split(os.pathsep)]
 answers = os.fdopen(int(sys.argv[1]), "w")
