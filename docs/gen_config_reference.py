@@ -40,7 +40,7 @@ from omegaconf import MISSING, OmegaConf  # noqa: E402
 
 from beyondfit.cli import schema  # noqa: E402
 from beyondfit.core.errors import BeyondfitError  # noqa: E402
-from beyondfit.core.options import LR_MAX, Rule, _describe  # noqa: E402
+from beyondfit.core.options import LR_MAX, Rule, describe_range  # noqa: E402
 
 #: The conf directory the page describes (shipped in the wheel as ``beyondfit/conf``).
 CONF = ROOT / "conf"
@@ -74,7 +74,7 @@ GROUPS: tuple[Group, ...] = (
                   "`experiment/tuned/TASK_ALGO.yaml`, applied by the task."),
     Group("optimizer", "`optimizer=NAME`, then any key: `optimizer.lr=0.01`. Free-form: the "
                        "keys go to the optimizer's class. `optimizer.lr` is checked before "
-                       f"anything is built: {_describe(False, 0, None, LR_MAX)}."),
+                       f"anything is built: {describe_range(False, 0, None, LR_MAX)}."),
     Group("scheduler", "`scheduler=NAME`. Free-form: the keys go to the schedule's factory "
                        "(the runner supplies the total steps)."),
     Group("logger", "A list: `+logger=NAME` adds one to the default set, `logger=[csv,NAME]` "
@@ -340,7 +340,7 @@ def rule_words(rule: Rule, nullable: bool = True) -> str:
     if rule.choices:
         text = "one of " + ", ".join(f"`{_choice(c)}`" for c in rule.choices)
     else:
-        text = _describe(rule.integer, rule.above, rule.at_least, rule.at_most)
+        text = describe_range(rule.integer, rule.above, rule.at_least, rule.at_most)
     return text + (", or `null`" if rule.allow_none and nullable else "")
 
 

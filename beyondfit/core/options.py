@@ -145,13 +145,15 @@ def check_number(
         ok = False
     if ok:
         return value
-    what = _describe(integer, above, at_least, at_most)
+    what = describe_range(integer, above, at_least, at_most)
     raise OptionError(f"{name}={value!r}; it must be {what}"
                       + (f", e.g. {example}" if example else ""), name=name)
 
 
-def _describe(integer: bool, above: float | None, at_least: float | None,
+def describe_range(integer: bool, above: float | None, at_least: float | None,
               at_most: float | None) -> str:
+    """A number rule in words, as its error messages say it (``a positive whole number``,
+    ``a number > 0 and <= 1000``); the config reference uses the same words."""
     kind = "whole number" if integer else "number"
     if above == 0 and at_least is None and at_most is None:
         return f"a positive {kind}"
