@@ -5,18 +5,20 @@ For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces
 
     whole graph (one micro-batch per step):
         closure under autocast -> gradients (torch.autograd.grad, into this optimizer's
-        parameters only) -> clip by norm and value -> non-finite flag
-    step graph (after the host read the flag, as the eager step does; with
-    ``on_nonfinite="ignore"`` it is part of the graph above, and nothing is read):
-        optimizer step -> target networks' Polyak or hard update
+        parameters only) -> clip by norm and value -> non-finite flag -> optimizer step ->
+        target networks' Polyak or hard update, the step and the targets kept only where
+        the flag says finite (a masked commit: ``where(ok, new, old)`` over the parameters,
+        the optimizer's state and the targets, which inductor fuses into the step's kernels)
 
     split (accumulation, DDP, or a closure that cannot be traced whole):
         the closure compiled where it can be (graph breaks around what cannot be traced, a
-        metric object's ``update``) -> eager backward -> the same clip and check, then the step
+        metric object's ``update``) -> eager backward -> the same graph from the rescale on
 
-What stays outside the graphs, by design: deciding which optimizers are due (``every=``), the
-one host read of the non-finite flag per step (as in the eager step), the scheduler's step,
-logging, and ``after_step`` hooks that are not a :class:`~beyondfit.core.target.SlowCopy`.
+A step with non-finite values therefore never changes a weight, a moment or a target, and the
+host reads the flag after the graph (as the eager step reads its one scalar) only to raise or
+count the skip. What stays outside the graphs, by design: deciding which optimizers are due
+(``every=``), that one read, the scheduler's step, logging, and ``after_step`` hooks that are
+not a :class:`~beyondfit.core.target.SlowCopy`.
 The learning rate is a tensor inside the graph (a scheduler changes its value, never the
 graph), so nothing in a run recompiles except a new batch shape (a short last batch: once).
 
@@ -76,6 +78,22 @@ def _raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimiz
     return step
 
 
+def _step_counts_on_device(optimizer: torch.optim.Optimizer) -> None:
+    """On a GPU, torch traces Adam-like optimizers as ``capturable`` (the step count a device
+    tensor), but the first step ran eagerly and left each count on the host: move them to
+    their parameters' device, so that the graph, and its masked commit, read one device."""
+    for group in optimizer.param_groups:
+        params = group["params"]
+        if "capturable" not in group or not params or not all(p.is_cuda for p in params):
+            continue
+        group["capturable"] = True
+        for p in params:
+            state = optimizer.state.get(p, {})
+            step = state.get("step")
+            if isinstance(step, torch.Tensor) and step.device != p.device:
+                state["step"] = step.to(p.device, torch.float32)
+
+
 def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
     from torch.optim import optimizer as module
 
@@ -126,10 +144,10 @@ class CompiledUpdate:
         self._lrs: list[torch.Tensor] = []
         self._fused: list[Any] = []
         self._grads: list[torch.Tensor] = []
+        self._written: list[torch.Tensor] = []
         self._whole: CountedCompile | None = None
         self._closure: Any = None  # the split path's closure (compiled, or the user's)
         self._apply: CountedCompile | None = None
-        self._step: CountedCompile | None = None
         self._pending: list[torch.Tensor] = []  # the target networks' blends of this step
         self._eval: Any = None
         self.steps_compiled = True
@@ -154,6 +172,7 @@ class CompiledUpdate:
         self.ready = True
         self._grads = [torch.zeros_like(p) for p in self.update.params]
         if self.steps_compiled:
+            _step_counts_on_device(self.update.optimizer)
             # A fused kernel cannot be traced; its foreach form computes the same update,
             # which inductor fuses itself. Given back if the step falls back to eager.
             self._fused = [g.get("fused") for g in self.update.optimizer.param_groups]
@@ -162,14 +181,17 @@ class CompiledUpdate:
                     group["fused"] = False
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
+        # What the optimizer's step writes: the masked commit keeps their old values.
+        state = self.update.optimizer.state
+        self._written = list(self.update.params) + [
+            value for p in self.update.params for value in state.get(p, {}).values()
+            if isinstance(value, torch.Tensor)]
         graph = lambda fn, **kw: CountedCompile(fn, self.report, self.mode,  # noqa: E731
                                                 self.device, **kw)
         if self.whole:
             self._whole = graph(self._whole_step, fullgraph=True, autograd=True)
         if self.steps_compiled:
             self._apply = graph(self._apply_step, fullgraph=True)
-            if self.check:  # the step waits for the host's verdict: a graph of its own
-                self._step = graph(self._step_graph, fullgraph=True)
         self._closure = graph(self._call_closure, fullgraph=False)
 
     def run_whole(self, batch: Any) -> tuple[torch.Tensor, Mapping[str, Any], Any, Any] | None:
@@ -179,8 +201,7 @@ class CompiledUpdate:
         if self._whole is None:
             return None
         self._pending = self._follow_weights()
-        if not self.check:
-            self._pin_lrs()
+        self._pin_lrs()
         self._lend_grads()
         try:
             return self._whole(batch, self._pending)
@@ -217,8 +238,7 @@ class CompiledUpdate:
         if self._apply is None:
             return None
         self._pending = self._follow_weights()
-        if not self.check:
-            self._pin_lrs()
+        self._pin_lrs()
         scale = torch.full((), factor, device=self.device)
         pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
         try:
@@ -235,34 +255,14 @@ class CompiledUpdate:
             return None
 
     def commit(self) -> None:
-        """The step of gradients the host found finite (with the check on: a graph of its
-        own; otherwise it was part of the graph already)."""
-        if self.check:
-            self._run_step(self._pending)
+        """After a step the host found finite: the graph applied it; drop the gradients."""
         self._take_back_grads()
 
     def discard(self) -> None:
-        """Drop the gradients of a step that is not applied."""
+        """After a step that is not applied (the graph kept the old values): drop its
+        gradients and uncount its target-network call."""
         self.undo_weights()
         self._take_back_grads()
-
-    def _run_step(self, weights: list[torch.Tensor]) -> None:
-        if self._step is not None:
-            self._pin_lrs()
-            try:
-                self._step(weights)
-                return
-            except BeyondfitError:
-                raise
-            except Exception as exc:
-                if self._step.called:
-                    raise
-                self._step = None
-                self.report.left_eager(f"{self.label}'s optimizer step", reason(exc))
-        self._unpin_lrs()
-        self.update.optimizer.step()
-        with torch.no_grad():
-            self._follow(weights)
 
     def eval_closure(self, model: Any, batch: Any) -> Any:
         """The closure in evaluation, compiled (graph breaks allowed) on its own cache."""
@@ -306,8 +306,7 @@ class CompiledUpdate:
                 k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
             norm, ok = self._clip_and_check(grads, loss)
             torch._foreach_copy_([p.grad for p in update.params], grads)
-            if not self.check:
-                self._step_graph(weights)
+            self._step_graph(weights, ok)
         return loss, logs, norm, ok
 
     def _apply_step(self, scale: torch.Tensor, loss: torch.Tensor,
@@ -316,8 +315,7 @@ class CompiledUpdate:
             grads = [p.grad for p in self.update.params]
             torch._foreach_mul_(grads, scale)
             norm, ok = self._clip_and_check(grads, loss)
-            if not self.check:
-                self._step_graph(weights)
+            self._step_graph(weights, ok)
         return norm, ok
 
     def _clip_and_check(self, grads: list[torch.Tensor], loss: torch.Tensor) -> Any:
@@ -336,12 +334,22 @@ class CompiledUpdate:
         ok = torch.isfinite(total + loss) if self.check else None
         return norm, ok
 
-    def _step_graph(self, weights: list[torch.Tensor]) -> None:
-        # The optimizer's step over the gradients in .grad, then the target networks.
+    def _step_graph(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
+        # The optimizer's step over the gradients in .grad, then the target networks; with
+        # the check on, every tensor the step writes keeps its old value unless ``ok``.
         optimizer = self.update.optimizer
         with torch.no_grad():
+            if ok is None:
+                _raw_step(optimizer)(optimizer)
+                self._follow(weights)
+                return
+            written = self._written
+            before = [t.clone() for t in written]
             _raw_step(optimizer)(optimizer)
-            self._follow(weights)
+            for tensor, old in zip(written, before, strict=True):
+                tensor.copy_(torch.where(ok, tensor, old))
+            zero = torch.zeros((), device=ok.device)
+            self._follow([torch.where(ok, w, zero) for w in weights])
 
     def _follow(self, weights: list[torch.Tensor]) -> None:
         # After the step, as its after_step hook would.

@@ -66,12 +66,12 @@ def test_whole_step_is_one_graph_and_matches_eager(traced, caplog) -> None:
                                       .lr_scheduler.StepLR(o, 2, 0.5))
     assert _close(eager, compiled_run)
     report = engine.compile_report
-    # The update up to the check, the step, the evaluation closure; one recompile for the
-    # short last batch (140 = 4 x 32 + 12), none for the changing learning rate or the
-    # evaluations.
-    assert (report.graphs, report.recompiles, report.eager) == (3, 1, {})
+    # The whole update (check and masked step included), the evaluation closure; one
+    # recompile for the short last batch (140 = 4 x 32 + 12), none for the changing
+    # learning rate or the evaluations.
+    assert (report.graphs, report.recompiles, report.eager) == (2, 1, {})
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled:")]
-    assert lines == ["compiled: 3 graphs, 1 recompile, 0 parts left eager"]
+    assert lines == ["compiled: 2 graphs, 1 recompile, 0 parts left eager"]
     # The learning rate is a tensor in the optimizer while compiled, a float in checkpoints.
     assert isinstance(engine.optimizer.param_groups[0]["lr"], torch.Tensor)
     saved = engine.updates[0].state_dict()["optimizer"]["param_groups"][0]["lr"]
@@ -96,7 +96,7 @@ def test_accumulation_and_a_short_window_compile_the_step(traced) -> None:
     compiled_run, engine = _train(True, accumulate=3, clip_value=0.05)
     assert _close(eager, compiled_run)
     assert engine.compile_report.eager == {}
-    assert engine.compile_report.graphs == 4  # closure, clip and check, step, evaluation
+    assert engine.compile_report.graphs == 3  # closure, clip-check-step, evaluation
 
 
 def test_skip_never_applies_a_nan_batch(traced) -> None:
@@ -161,16 +161,19 @@ def _g_loss(model, batch):
     return F.binary_cross_entropy_with_logits(logit, torch.ones_like(logit))
 
 
-def _gan(compile, every_g=2, precision="32"):
+def _gan(compile, every_g=2, precision="32", nan_batch=None):
     model = _Pair()
     engine = Engine(model, [
         Update("d", _d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), clip_norm=1.0,
                after_step=[model.d_slow.update]),
         Update("g", _g_loss, torch.optim.Adam(model.g.parameters(), 1e-3), every=every_g),
-    ], device="cpu", compile=compile, precision=precision, log_every=1)
+    ], device="cpu", compile=compile, precision=precision, log_every=1,
+        on_nonfinite="raise" if nan_batch is None else "skip")
     g = torch.Generator().manual_seed(0)
     data = [(torch.randn(16, 2, generator=g) + 2.0, torch.randn(16, 3, generator=g))
             for _ in range(10)]
+    if nan_batch is not None:  # only the discriminator's loss reads the real samples
+        data[nan_batch][0][3, 1] = float("nan")
     history = engine.fit(data, epochs=2, verbose=False)
     return engine, history
 
@@ -186,7 +189,26 @@ def test_several_optimizers_a_ratio_and_a_slow_copy(traced) -> None:
             assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
     report = comp.compile_report
     assert report.eager == {} and report.recompiles == 0
-    assert report.graphs == 4  # per optimizer: the update to the check, the step
+    assert report.graphs == 2  # per optimizer: the whole update, its check and masked step
+
+
+def test_a_nan_step_moves_no_weight_moment_or_target(traced) -> None:
+    # The masked commit: the graph steps, then keeps the old parameters, Adam's moments and
+    # step count, and the target network, because the flag said non-finite.
+    eager, _ = _gan(False, nan_batch=4)
+    comp, _ = _gan(True, nan_batch=4)
+    assert comp.state.skipped_steps == eager.state.skipped_steps == 2  # once per epoch
+    assert comp.model.d_slow.calls == eager.model.d_slow.calls == 18
+    assert comp.updates[0].steps == eager.updates[0].steps == 18
+    for a, b in zip(eager.model.state_dict().values(), comp.model.state_dict().values(),
+                    strict=False):
+        if isinstance(a, torch.Tensor):
+            assert torch.isfinite(b).all() and torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+    for mine, theirs in zip(eager.updates[0].optimizer.state.values(),
+                            comp.updates[0].optimizer.state.values(), strict=True):
+        assert float(mine["step"]) == float(theirs["step"]) == 18
+        assert torch.allclose(mine["exp_avg_sq"], theirs["exp_avg_sq"], rtol=1e-4, atol=1e-9)
+    assert comp.compile_report.eager == {}
 
 
 def test_bf16_autocast_is_compiled_inside_the_step(traced) -> None:
@@ -311,7 +333,7 @@ def test_compile_max_without_cuda_says_so_and_compiles(traced, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="beyondfit"):
         _, engine = _train("max", epochs=1)
     assert any("CUDA graphs need a CUDA device" in r.getMessage() for r in caplog.records)
-    assert engine.compile_report.graphs == 3
+    assert engine.compile_report.graphs == 2  # the whole update, the evaluation closure
 
 
 def test_max_asks_inductor_for_cuda_graphs_on_cuda_only(monkeypatch) -> None:
