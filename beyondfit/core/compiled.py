@@ -145,6 +145,7 @@ class CompiledUpdate:
         self._fused: list[Any] = []
         self._grads: list[torch.Tensor] = []
         self._written: list[torch.Tensor] = []
+        self._state: Any = None  # the optimizer state _written was read from
         self._whole: CountedCompile | None = None
         self._closure: Any = None  # the split path's closure (compiled, or the user's)
         self._apply: CountedCompile | None = None
@@ -181,11 +182,7 @@ class CompiledUpdate:
                     group["fused"] = False
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
-        # What the optimizer's step writes: the masked commit keeps their old values.
-        state = self.update.optimizer.state
-        self._written = list(self.update.params) + [
-            value for p in self.update.params for value in state.get(p, {}).values()
-            if isinstance(value, torch.Tensor)]
+
         graph = lambda fn, **kw: CountedCompile(fn, self.report, self.mode,  # noqa: E731
                                                 self.device, **kw)
         if self.whole:
@@ -202,6 +199,7 @@ class CompiledUpdate:
             return None
         self._pending = self._follow_weights()
         self._pin_lrs()
+        self._see_state()
         self._lend_grads()
         try:
             return self._whole(batch, self._pending)
@@ -239,6 +237,7 @@ class CompiledUpdate:
             return None
         self._pending = self._follow_weights()
         self._pin_lrs()
+        self._see_state()
         scale = torch.full((), factor, device=self.device)
         pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
         try:
@@ -333,6 +332,16 @@ class CompiledUpdate:
             torch._foreach_clamp_max_(grads, update.clip_value)
         ok = torch.isfinite(total + loss) if self.check else None
         return norm, ok
+
+    def _see_state(self) -> None:
+        # What the optimizer's step writes, for the masked commit to keep: read again when the
+        # optimizer's state was replaced (load_state_dict builds a new one).
+        state = self.update.optimizer.state
+        if state is not self._state:
+            self._state = state
+            self._written = list(self.update.params) + [
+                value for p in self.update.params for value in state.get(p, {}).values()
+                if isinstance(value, torch.Tensor)]
 
     def _step_graph(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
         # The optimizer's step over the gradients in .grad, then the target networks; with

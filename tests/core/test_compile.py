@@ -8,6 +8,7 @@ cores) run in the tests marked ``slow``, which compare a compiled run with the e
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import shlex
@@ -122,6 +123,38 @@ def test_skip_never_applies_a_nan_batch(traced) -> None:
     state = comp.optimizer.state_dict()["state"]
     assert all(float(s["step"]) == 4 for s in state.values())  # the undone step is not counted
     assert h_comp[0]["skipped_steps"] == h_eager[0]["skipped_steps"]
+
+
+def test_a_loaded_state_is_what_the_masked_commit_keeps(traced) -> None:
+    # The optimizer's load_state_dict gives it new state tensors after the graph was built:
+    # a NaN step after the load must leave those (not the replaced ones) as they were.
+    x, y = sum_data(96)
+    good = [(x[i:i + 32], y[i:i + 32]) for i in range(0, 96, 32)]
+    y_bad = y[:32].clone()
+    y_bad[5] = float("nan")
+
+    def run(compile):
+        model = _model()
+        engine = Engine(model, _mse_logs, torch.optim.Adam(model.parameters(), 1e-2),
+                        device="cpu", compile=compile, on_nonfinite="skip")
+        engine.fit(good, epochs=1, verbose=False)
+        weights = copy.deepcopy(model.state_dict())
+        moments = copy.deepcopy(engine.optimizer.state_dict())
+        engine.fit(good, epochs=2, verbose=False)
+        model.load_state_dict(weights)
+        engine.optimizer.load_state_dict(moments)  # new state tensors
+        engine.fit([(x[:32], y_bad), *good[1:]], epochs=2, verbose=False)
+        return engine
+
+    eager, comp = run(False), run(True)
+    assert comp.state.skipped_steps == eager.state.skipped_steps == 2
+    for mine, theirs in zip(eager.optimizer.state.values(), comp.optimizer.state.values(),
+                            strict=True):
+        assert float(mine["step"]) == float(theirs["step"])
+        assert torch.isfinite(theirs["exp_avg"]).all()
+        assert torch.allclose(mine["exp_avg"], theirs["exp_avg"], rtol=1e-3, atol=1e-6)
+    for a, b in zip(eager.model.parameters(), comp.model.parameters(), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def test_raise_names_the_step_as_eager_does(traced) -> None:
