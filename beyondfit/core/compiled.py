@@ -32,7 +32,7 @@ compiled runs eagerly, with one warning naming the part and the reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -42,6 +42,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.graphs import CompileReport, CountedCompile, compile_mode, log, reason
 from beyondfit.core.precision import Precision
 from beyondfit.core.target import SlowCopy
+from beyondfit.core.traced_optimizer import has_step_hooks, raw_step, step_counts_on_device
 from beyondfit.core.update import Update
 
 
@@ -67,41 +68,6 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
 
 class _NotWhole(Exception):
     """Raised while tracing: this update cannot be one graph (the split path runs)."""
-
-
-def _raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimizer], Any]:
-    """The optimizer's ``step`` without torch's wrappers (profiling hooks, and a grad-mode
-    switch that breaks the graph on purpose); the graph runs it under ``no_grad`` itself."""
-    step = type(optimizer).step
-    while hasattr(step, "__wrapped__"):
-        step = step.__wrapped__
-    return step
-
-
-def _step_counts_on_device(optimizer: torch.optim.Optimizer) -> None:
-    """On a GPU, torch traces Adam-like optimizers as ``capturable`` (the step count a device
-    tensor), but the first step ran eagerly and left each count on the host: move them to
-    their parameters' device, so that the graph, and its masked commit, read one device."""
-    for group in optimizer.param_groups:
-        params = group["params"]
-        if "capturable" not in group or not params or not all(p.is_cuda for p in params):
-            continue
-        group["capturable"] = True
-        for p in params:
-            state = optimizer.state.get(p, {})
-            step = state.get("step")
-            if isinstance(step, torch.Tensor) and step.device != p.device:
-                state["step"] = step.to(p.device, torch.float32)
-
-
-def _has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
-    from torch.optim import optimizer as module
-
-    found = [getattr(optimizer, "_optimizer_step_pre_hooks", None),
-             getattr(optimizer, "_optimizer_step_post_hooks", None),
-             getattr(module, "_global_optimizer_pre_hooks", None),
-             getattr(module, "_global_optimizer_post_hooks", None)]
-    return any(bool(hooks) for hooks in found)
 
 
 def _slow_copy_of(hook: Any) -> SlowCopy | None:
@@ -155,7 +121,7 @@ class CompiledUpdate:
         if precision.scaler is not None:
             report.left_eager(f"{self.label}'s step", "fp16's GradScaler steps on the host")
             self.steps_compiled = False
-        elif _has_step_hooks(update.optimizer):
+        elif has_step_hooks(update.optimizer):
             report.left_eager(f"{self.label}'s step", "the optimizer has step hooks")
             self.steps_compiled = False
         self.whole = whole and self.steps_compiled
@@ -173,7 +139,7 @@ class CompiledUpdate:
         self.ready = True
         self._grads = [torch.zeros_like(p) for p in self.update.params]
         if self.steps_compiled:
-            _step_counts_on_device(self.update.optimizer)
+            step_counts_on_device(self.update.optimizer)
             # A fused kernel cannot be traced; its foreach form computes the same update,
             # which inductor fuses itself. Given back if the step falls back to eager.
             self._fused = [g.get("fused") for g in self.update.optimizer.param_groups]
@@ -349,12 +315,12 @@ class CompiledUpdate:
         optimizer = self.update.optimizer
         with torch.no_grad():
             if ok is None:
-                _raw_step(optimizer)(optimizer)
+                raw_step(optimizer)(optimizer)
                 self._follow(weights)
                 return
             written = self._written
             before = [t.clone() for t in written]
-            _raw_step(optimizer)(optimizer)
+            raw_step(optimizer)(optimizer)
             for tensor, old in zip(written, before, strict=True):
                 tensor.copy_(torch.where(ok, tensor, old))
             zero = torch.zeros((), device=ok.device)

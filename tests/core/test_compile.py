@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches, Update
-from beyondfit.core import graphs
+from beyondfit.core import graphs, traced_optimizer
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
@@ -466,3 +466,15 @@ def test_readme_compile_commands_compile_every_step(tmp_path) -> None:
         assert done.returncode == 0, done.stderr[-2000:]
         assert "0 parts left eager" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
         assert "compile:" not in done.stderr  # no part fell back
+
+
+def test_step_counts_stay_where_they_are_off_a_gpu() -> None:
+    # On a CPU the optimizer is traced as it is; the move to the device is for CUDA only.
+    model = _model()
+    optimizer = torch.optim.Adam(model.parameters(), 1e-2)
+    model(torch.ones(2, 8)).sum().backward()
+    optimizer.step()
+    steps = [s["step"] for s in optimizer.state.values()]
+    traced_optimizer.step_counts_on_device(optimizer)
+    assert all(s["step"] is t for s, t in zip(optimizer.state.values(), steps, strict=True))
+    assert optimizer.param_groups[0]["capturable"] is False
