@@ -14,20 +14,20 @@ For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces
         the closure compiled where it can be (graph breaks around what cannot be traced, a
         metric object's ``update``) -> eager backward -> the same graph from the rescale on
 
-A step with non-finite values therefore never changes a weight, a moment or a target, and the
-host reads the flag after the graph (as the eager step reads its one scalar) only to raise or
-count the skip. What stays outside the graphs, by design: deciding which optimizers are due
-(``every=``), that one read, the scheduler's step, logging, and ``after_step`` hooks that are
-not a :class:`~beyondfit.core.target.SlowCopy`.
-The learning rate is a tensor inside the graph (a scheduler changes its value, never the
-graph), so nothing in a run recompiles except a new batch shape (a short last batch: once).
+An optimizer training many values (:data:`~beyondfit.core.traced_optimizer.KERNEL_FROM`) with
+a fused kernel in torch runs that kernel after the graph instead, told the flag as a GradScaler
+tells it. A non-finite step thus never changes a weight, a moment or a target; the host reads
+the flag after the graph (as the eager step reads its one scalar) only to raise or count the
+skip. Outside the graphs, by design: which optimizers are due (``every=``), that one read, the
+scheduler, logging, ``after_step`` hooks other than a :class:`~beyondfit.core.target.SlowCopy`.
+The learning rate is a tensor in the graph (a scheduler changes a value, not the graph): only
+a new batch shape recompiles (a short last batch: once).
 
 Numerics: a compiled run is close to the eager one, not bitwise (inductor fuses and reorders
 floating-point operations). The eager path (``compile=False``) is untouched by all this.
 
-Each optimizer's first step runs eagerly (the closure's output checked with the eager step's
-errors; the optimizer's state created, so the graph is traced over it). What cannot be
-compiled runs eagerly, with one warning naming the part and the reason.
+Each optimizer's first step runs eagerly (the closure's output checked, the optimizer's state
+created). What cannot be compiled runs eagerly, with one warning naming the part and why.
 """
 
 from __future__ import annotations
@@ -42,7 +42,16 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.graphs import CompileReport, CountedCompile, compile_mode, log, reason
 from beyondfit.core.precision import Precision
 from beyondfit.core.target import SlowCopy
-from beyondfit.core.traced_optimizer import has_step_hooks, raw_step, step_counts_on_device
+from beyondfit.core.traced_optimizer import (
+    has_step_hooks,
+    kernel_step,
+    pin_lrs,
+    raw_step,
+    step_counts_on_device,
+    steps_with_kernel,
+    traced_unfused,
+    unpin_lrs,
+)
 from beyondfit.core.update import Update
 
 
@@ -108,6 +117,7 @@ class CompiledUpdate:
         self.python_hooks = [h for h in update.after_step if _slow_copy_of(h) is None]
         self._weights = [0.0] * len(self.targets)
         self._lrs: list[torch.Tensor] = []
+        self.kernel = False  # the step is the optimizer's fused kernel, after the graph
         self._fused: list[Any] = []
         self._grads: list[torch.Tensor] = []
         self._written: list[torch.Tensor] = []
@@ -139,13 +149,10 @@ class CompiledUpdate:
         self.ready = True
         self._grads = [torch.zeros_like(p) for p in self.update.params]
         if self.steps_compiled:
+            self.kernel = steps_with_kernel(self.update.optimizer)
+            if not self.kernel:  # given back if the step falls back to eager
+                self._fused = traced_unfused(self.update.optimizer)
             step_counts_on_device(self.update.optimizer)
-            # A fused kernel cannot be traced; its foreach form computes the same update,
-            # which inductor fuses itself. Given back if the step falls back to eager.
-            self._fused = [g.get("fused") for g in self.update.optimizer.param_groups]
-            for group in self.update.optimizer.param_groups:
-                if group.get("fused"):
-                    group["fused"] = False
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
 
@@ -164,11 +171,10 @@ class CompiledUpdate:
         if self._whole is None:
             return None
         self._pending = self._follow_weights()
-        self._pin_lrs()
-        self._see_state()
+        self._before_graph()
         self._lend_grads()
         try:
-            return self._whole(batch, self._pending)
+            result = self._whole(batch, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:  # a closure that cannot be traced whole, a backend failure
@@ -179,6 +185,9 @@ class CompiledUpdate:
                                    f"{reason(exc)}; the closure is compiled with graph "
                                    "breaks, its backward runs eagerly")
             return None
+        if self.kernel:
+            self._kernel_step(result[3])
+        return result
 
     def closure(self, model: Any, batch: Any) -> Any:
         """The split path's closure call: compiled where it can be."""
@@ -202,12 +211,11 @@ class CompiledUpdate:
         if self._apply is None:
             return None
         self._pending = self._follow_weights()
-        self._pin_lrs()
-        self._see_state()
+        self._before_graph()
         scale = torch.full((), factor, device=self.device)
         pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
         try:
-            return self._apply(scale, pending, self._pending)
+            result = self._apply(scale, pending, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:
@@ -218,6 +226,9 @@ class CompiledUpdate:
             self._unpin_lrs()
             self.report.left_eager(f"{self.label}'s step", reason(exc))
             return None
+        if self.kernel:
+            self._kernel_step(result[1])
+        return result
 
     def commit(self) -> None:
         """After a step the host found finite: the graph applied it; drop the gradients."""
@@ -271,7 +282,8 @@ class CompiledUpdate:
                 k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
             norm, ok = self._clip_and_check(grads, loss)
             torch._foreach_copy_([p.grad for p in update.params], grads)
-            self._step_graph(weights, ok)
+            if not self.kernel:
+                self._step_graph(weights, ok)
         return loss, logs, norm, ok
 
     def _apply_step(self, scale: torch.Tensor, loss: torch.Tensor,
@@ -280,7 +292,8 @@ class CompiledUpdate:
             grads = [p.grad for p in self.update.params]
             torch._foreach_mul_(grads, scale)
             norm, ok = self._clip_and_check(grads, loss)
-            self._step_graph(weights, ok)
+            if not self.kernel:
+                self._step_graph(weights, ok)
         return norm, ok
 
     def _clip_and_check(self, grads: list[torch.Tensor], loss: torch.Tensor) -> Any:
@@ -299,16 +312,6 @@ class CompiledUpdate:
         ok = torch.isfinite(total + loss) if self.check else None
         return norm, ok
 
-    def _see_state(self) -> None:
-        # What the optimizer's step writes, for the masked commit to keep: read again when the
-        # optimizer's state was replaced (load_state_dict builds a new one).
-        state = self.update.optimizer.state
-        if state is not self._state:
-            self._state = state
-            self._written = list(self.update.params) + [
-                value for p in self.update.params for value in state.get(p, {}).values()
-                if isinstance(value, torch.Tensor)]
-
     def _step_graph(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
         # The optimizer's step over the gradients in .grad, then the target networks; with
         # the check on, every tensor the step writes keeps its old value unless ``ok``.
@@ -325,6 +328,32 @@ class CompiledUpdate:
                 tensor.copy_(torch.where(ok, tensor, old))
             zero = torch.zeros((), device=ok.device)
             self._follow([torch.where(ok, w, zero) for w in weights])
+
+    def _kernel_step(self, ok: torch.Tensor | None) -> None:
+        # After the graph: the fused kernel, then the target networks, each skipping a step
+        # the flag says is non-finite. No host read.
+        weights = self._pending
+        if ok is not None:
+            zero = torch.zeros((), device=ok.device)
+            weights = [torch.where(ok, w, zero) for w in weights]
+        kernel_step(self.update.optimizer, ok)
+        with torch.no_grad():
+            self._follow(weights)
+
+    def _before_graph(self) -> None:
+        # What a load_state_dict replaced is read again: the tensors the masked commit keeps
+        # (the optimizer's state is new), the switch to the fused kernel (the saved flags).
+        optimizer = self.update.optimizer
+        if optimizer.state is not self._state:
+            self._state = optimizer.state
+            if self.kernel:
+                self.kernel = steps_with_kernel(optimizer)
+                step_counts_on_device(optimizer)
+            self._written = list(self.update.params) + [
+                value for p in self.update.params for value in self._state.get(p, {}).values()
+                if isinstance(value, torch.Tensor)]
+        if not self.kernel:
+            self._pin_lrs()
 
     def _follow(self, weights: list[torch.Tensor]) -> None:
         # After the step, as its after_step hook would.
@@ -351,26 +380,10 @@ class CompiledUpdate:
             copy.calls -= 1
 
     def _pin_lrs(self) -> None:
-        # The learning rate as a tensor the graph reads, so that a scheduler changes a value,
-        # not the graph. A scheduler that writes a float is put back into the same tensor.
-        groups = self.update.optimizer.param_groups
-        if not self._lrs:
-            # float64: the same value as the float it stands for, read back exactly.
-            self._lrs = [torch.tensor(float(g["lr"]), dtype=torch.float64, device=self.device)
-                         for g in groups]
-        for group, tensor in zip(groups, self._lrs, strict=True):
-            if group["lr"] is not tensor:
-                tensor.fill_(float(group["lr"]))
-                group["lr"] = tensor
+        self._lrs = pin_lrs(self.update.optimizer, self._lrs, self.device)
 
     def _unpin_lrs(self) -> None:
-        # Before an eager optimizer step: the foreach optimizers refuse a tensor learning
-        # rate (floats again), and a fused optimizer gets its kernel back.
-        for group, fused in zip(self.update.optimizer.param_groups, self._fused, strict=False):
-            if isinstance(group["lr"], torch.Tensor):
-                group["lr"] = float(group["lr"])
-            if fused:
-                group["fused"] = fused
+        unpin_lrs(self.update.optimizer, self._fused)
 
     def _lend_grads(self) -> None:
         # The graph writes the gradients into these buffers for the optimizer to read;

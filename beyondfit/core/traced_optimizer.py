@@ -19,15 +19,79 @@ def raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimize
     return step
 
 
+#: From this many trained values on, an optimizer with a fused kernel in torch steps with it,
+#: after the graph, instead of inside it: the kernel outruns inductor's code for the same update
+#: (a CPU's Adam over 670k values: 0.76 ms against 4.4 ms) and skips a step itself on a
+#: non-finite flag, but its call from Python costs more than that on small models. Measured
+#: per step on a CPU: a 670k-value MLP 0.87x the raw loop with the kernel, 0.96x in the
+#: graph; SAC's 134k-value critic 0.72x the eager engine with it, 0.68x in the graph.
+KERNEL_FROM = 1 << 18
+
+#: The optimizers whose fused kernel the compiled step may switch to (exact types: a subclass
+#: may change what ``step`` does).
+FUSED = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD, torch.optim.Adagrad)
+
+
+def fused_kernel(optimizer: torch.optim.Optimizer) -> bool:
+    """Switch ``optimizer`` to torch's fused kernel if it has one for its parameters (device,
+    dtype, options); say whether it runs on it. The kernel computes the same update as the
+    optimizer's loop, rounded differently, as a compiled step is anyway."""
+    groups = optimizer.param_groups
+    if type(optimizer) not in FUSED:
+        return False
+    if not all(group.get("fused") for group in groups):
+        try:  # torch's own checks of fused=True (devices, dtypes, differentiable, ...)
+            type(optimizer)([{"params": g["params"]} for g in groups],
+                            **{**optimizer.defaults, "fused": True, "foreach": None})
+        except (RuntimeError, ValueError, TypeError):
+            return False
+        for group in groups:
+            group["fused"] = True
+        optimizer._step_supports_amp_scaling = True  # type: ignore[attr-defined]
+    return True
+
+
+def steps_with_kernel(optimizer: torch.optim.Optimizer) -> bool:
+    """Does the compiled step run this optimizer's fused kernel after the graph (switching it
+    to the kernel), rather than its update inside the graph? From :data:`KERNEL_FROM` values
+    on, where torch has a kernel for them."""
+    values = sum(p.numel() for group in optimizer.param_groups for p in group["params"])
+    return values >= KERNEL_FROM and fused_kernel(optimizer)
+
+
+def traced_unfused(optimizer: torch.optim.Optimizer) -> list[Any]:
+    """Make a fused optimizer traceable: a fused kernel cannot be traced, but its foreach form
+    computes the same update, which inductor fuses itself. Returns each group's ``fused`` flag,
+    to give back if the step falls back to eager."""
+    flags = [group.get("fused") for group in optimizer.param_groups]
+    for group in optimizer.param_groups:
+        if group.get("fused"):
+            group["fused"] = False
+    return flags
+
+
+def kernel_step(optimizer: torch.optim.Optimizer, ok: torch.Tensor | None) -> None:
+    """The optimizer's (fused) step, told to skip the update, and uncount the step, where
+    ``ok`` is false, as a GradScaler tells it (``found_inf``): no host read."""
+    if ok is not None:
+        optimizer.found_inf = torch.logical_not(ok).float()  # type: ignore[attr-defined]
+    try:
+        optimizer.step()
+    finally:
+        optimizer.__dict__.pop("found_inf", None)
+
+
 def step_counts_on_device(optimizer: torch.optim.Optimizer) -> None:
-    """On a GPU, torch traces Adam-like optimizers as ``capturable`` (the step count a device
-    tensor), but the first step ran eagerly and left each count on the host: move them to
-    their parameters' device, so that the graph, and its masked commit, read one device."""
+    """Move each step count to its parameter's device where the step reads it there: a fused
+    kernel's, and on a GPU a traced Adam-like optimizer's (torch traces it as ``capturable``).
+    The first step ran eagerly and left each count on the host."""
     for group in optimizer.param_groups:
         params = group["params"]
-        if "capturable" not in group or not params or not all(p.is_cuda for p in params):
+        on_gpu = bool(params) and all(p.is_cuda for p in params)
+        if not group.get("fused") and ("capturable" not in group or not on_gpu):
             continue
-        group["capturable"] = True
+        if not group.get("fused"):
+            group["capturable"] = True
         for p in params:
             state = optimizer.state.get(p, {})
             step = state.get("step")
@@ -45,3 +109,28 @@ def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
              getattr(module, "_global_optimizer_pre_hooks", None),
              getattr(module, "_global_optimizer_post_hooks", None)]
     return any(bool(hooks) for hooks in found)
+
+
+def pin_lrs(optimizer: torch.optim.Optimizer, tensors: list[torch.Tensor],
+            device: torch.device) -> list[torch.Tensor]:
+    """Each group's learning rate as a tensor the graph reads (made once, returned), so that a
+    scheduler changes a value, not the graph; a float a scheduler wrote goes back into it."""
+    groups = optimizer.param_groups
+    if not tensors:  # float64: the same value as the float it stands for, read back exactly
+        tensors = [torch.tensor(float(g["lr"]), dtype=torch.float64, device=device)
+                   for g in groups]
+    for group, tensor in zip(groups, tensors, strict=True):
+        if group["lr"] is not tensor:
+            tensor.fill_(float(group["lr"]))
+            group["lr"] = tensor
+    return tensors
+
+
+def unpin_lrs(optimizer: torch.optim.Optimizer, fused: list[Any]) -> None:
+    """Before an eager step: learning rates as floats again (the foreach optimizers refuse a
+    tensor), and the ``fused`` flags :func:`traced_unfused` took given back."""
+    for i, group in enumerate(optimizer.param_groups):
+        if isinstance(group["lr"], torch.Tensor):
+            group["lr"] = float(group["lr"])
+        if i < len(fused) and fused[i]:
+            group["fused"] = fused[i]

@@ -32,6 +32,15 @@ def traced(monkeypatch):
     monkeypatch.setattr(graphs, "inductor", lambda gm, example_inputs, patches: gm.forward)
 
 
+@pytest.fixture(params=["graph", "kernel"])
+def step_kind(request, monkeypatch):
+    """Where the optimizer's step runs: inside the graph (a masked commit), or torch's fused
+    kernel after it (what an optimizer of many values gets; here any size does)."""
+    if request.param == "kernel":
+        monkeypatch.setattr(traced_optimizer, "KERNEL_FROM", 0)
+    return request.param
+
+
 def _model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
@@ -125,7 +134,7 @@ def test_skip_never_applies_a_nan_batch(traced) -> None:
     assert h_comp[0]["skipped_steps"] == h_eager[0]["skipped_steps"]
 
 
-def test_a_loaded_state_is_what_the_masked_commit_keeps(traced) -> None:
+def test_a_loaded_state_is_what_the_masked_commit_keeps(traced, step_kind) -> None:
     # The optimizer's load_state_dict gives it new state tensors after the graph was built:
     # a NaN step after the load must leave those (not the replaced ones) as they were.
     x, y = sum_data(96)
@@ -155,6 +164,21 @@ def test_a_loaded_state_is_what_the_masked_commit_keeps(traced) -> None:
         assert torch.allclose(mine["exp_avg"], theirs["exp_avg"], rtol=1e-3, atol=1e-6)
     for a, b in zip(eager.model.parameters(), comp.model.parameters(), strict=True):
         assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
+
+
+def test_the_fused_kernel_steps_after_the_graph_as_the_eager_step_would(traced, step_kind
+                                                                        ) -> None:
+    eager, _ = _train(False, clip_norm=0.5, accumulate=1)
+    compiled_run, engine = _train(True, clip_norm=0.5)
+    assert _close(eager, compiled_run)
+    (slot,) = engine.window.slots
+    assert slot.program.kernel == (step_kind == "kernel")
+    assert bool(engine.optimizer.param_groups[0]["fused"]) == (step_kind == "kernel")
+    assert (engine.compile_report.graphs, engine.compile_report.eager) == (2, {})
+    # Accumulation's split path: the same step after the rescale-clip-check graph.
+    eager, _ = _train(False, accumulate=3, clip_value=0.05)
+    compiled_run, engine = _train(True, accumulate=3, clip_value=0.05)
+    assert _close(eager, compiled_run) and engine.compile_report.eager == {}
 
 
 def test_raise_names_the_step_as_eager_does(traced) -> None:
@@ -225,7 +249,7 @@ def test_several_optimizers_a_ratio_and_a_slow_copy(traced) -> None:
     assert report.graphs == 2  # per optimizer: the whole update, its check and masked step
 
 
-def test_a_nan_step_moves_no_weight_moment_or_target(traced) -> None:
+def test_a_nan_step_moves_no_weight_moment_or_target(traced, step_kind) -> None:
     # The masked commit: the graph steps, then keeps the old parameters, Adam's moments and
     # step count, and the target network, because the flag said non-finite.
     eager, _ = _gan(False, nan_batch=4)
@@ -242,6 +266,8 @@ def test_a_nan_step_moves_no_weight_moment_or_target(traced) -> None:
         assert float(mine["step"]) == float(theirs["step"]) == 18
         assert torch.allclose(mine["exp_avg_sq"], theirs["exp_avg_sq"], rtol=1e-4, atol=1e-9)
     assert comp.compile_report.eager == {}
+    assert [s.program.kernel for s in comp.window.slots] == [step_kind == "kernel"] * 2
+    assert not hasattr(comp.updates[0].optimizer, "found_inf")
 
 
 def test_bf16_autocast_is_compiled_inside_the_step(traced) -> None:
@@ -478,3 +504,22 @@ def test_step_counts_stay_where_they_are_off_a_gpu() -> None:
     traced_optimizer.step_counts_on_device(optimizer)
     assert all(s["step"] is t for s, t in zip(optimizer.state.values(), steps, strict=True))
     assert optimizer.param_groups[0]["capturable"] is False
+
+
+def test_the_fused_kernel_is_taken_only_where_torch_has_one(monkeypatch) -> None:
+    monkeypatch.setattr(traced_optimizer, "KERNEL_FROM", 0)
+    model = _model()
+
+    class MyAdam(torch.optim.Adam):  # a subclass may change what step does
+        pass
+
+    kinds = {"adam": torch.optim.Adam(model.parameters(), 1e-2),
+             "rmsprop": torch.optim.RMSprop(model.parameters(), 1e-2),
+             "differentiable": torch.optim.SGD(model.parameters(), 0.1, differentiable=True),
+             "subclass": MyAdam(model.parameters(), 1e-2)}
+    taken = {name: traced_optimizer.steps_with_kernel(o) for name, o in kinds.items()}
+    assert taken == {"adam": True, "rmsprop": False, "differentiable": False, "subclass": False}
+    assert kinds["adam"].param_groups[0]["fused"] is True
+    assert not kinds["rmsprop"].param_groups[0].get("fused")
+    monkeypatch.setattr(traced_optimizer, "KERNEL_FROM", 10**9)  # small: inside the graph
+    assert not traced_optimizer.steps_with_kernel(torch.optim.Adam(model.parameters(), 1e-2))
