@@ -66,3 +66,17 @@ def test_rl_tasks_ask_for_the_fused_optimizer_and_others_can_swap_it():
     assert cartpole.optimizer.fused is True
     opt = build_optimizer(swapped.optimizer)(params())
     assert isinstance(opt, torch.optim.RMSprop)
+
+
+@pytest.mark.parametrize("choice", ["adam", "adamw", "sgd"])
+def test_the_command_lines_optimizers_are_fused_by_default(choice):
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        default = compose("config", ["+task=regression", f"optimizer={choice}"])
+        plain = compose("config", ["+task=regression", f"optimizer={choice}",
+                                   "optimizer.fused=null"])
+    assert build_optimizer(default.optimizer)(params()).defaults["fused"] is True
+    assert not build_optimizer(plain.optimizer)(params()).defaults["fused"]
