@@ -9,9 +9,10 @@ runs with and without ``engine.compile=true``, first (cold cache) and second run
 
 - ``mlp``: the tiny (5-64-64-1) and medium (784-512-512-10) MLPs of ``bench/overhead.py``,
   Adam and clipping by norm, every contender in lockstep in one process (one optimizer step
-  each in turn, the thread's CPU time per step). The *limit* is the best plain-PyTorch step
+  each in turn, the thread's CPU time per step). The *limits* are the best plain-PyTorch steps
   we could write: forward, ``torch.autograd.grad``, clipping and Adam's update in one
-  ``torch.compile(fullgraph=True)`` graph. Compilation happens in each run's first steps; the
+  ``torch.compile(fullgraph=True)`` graph; or the same graph without the update, then torch's
+  fused Adam kernel. Compilation happens in each run's first steps; the
   median step excludes it.
 - ``sac``: one SAC update (critic, actor, temperature, targets) from a filled buffer, 256x256
   nets, batch 256, interleaved rounds (``bench/offpolicy_update.py``'s protocol): the engine
@@ -110,6 +111,36 @@ def hand_compiled(p: Problem, timer: Timer) -> Result:
     return Result(timer.costs, overhead._params(model))
 
 
+def hand_compiled_kernel(p: Problem, timer: Timer) -> Result:
+    """The other limit: forward, gradients and clipping in one graph, then torch's fused Adam
+    kernel (which outruns inductor's code for Adam's update on a CPU's larger models)."""
+    model = p.model()
+    params = list(model.parameters())
+    opt = torch.optim.Adam(params, lr=LR, fused=True)
+    loss_fn = p.loss_fn
+
+    def grads_of(batch: Any) -> dict[str, torch.Tensor]:
+        out = loss_fn(model, batch)
+        grads = torch.autograd.grad(out["loss"], params)
+        with torch.no_grad():
+            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+            torch._foreach_mul_(grads, torch.clamp(CLIP_NORM / (norm + 1e-6), max=1.0))
+            torch._foreach_copy_([q.grad for q in params], grads)
+        return {k: v.detach() for k, v in out.items()}
+
+    compiled = torch.compile(_own_code(grads_of), fullgraph=True)
+    timer.begin()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        for epoch in range(p.size.epochs):
+            for batch in _epoch(p, epoch):
+                for param in params:
+                    param.grad = torch.zeros_like(param) if param.grad is None else param.grad
+                compiled(batch)
+                opt.step()
+                timer.tick()
+    return Result(timer.costs, overhead._params(model))
+
+
 def _epoch(p: Problem, epoch: int) -> Any:
     # TensorBatches' order (bench/overhead.py's raw_slicing).
     g = torch.Generator().manual_seed(overhead.SEED * 1_000_003 + epoch)
@@ -131,6 +162,8 @@ MLP_ROWS: dict[str, tuple[str, Run]] = {
     "raw": ("raw eager loop (Adam, clip_grad_norm_)", overhead.raw_slicing),
     "raw_fused": ("raw eager loop, `Adam(fused=True)`", raw_fused),
     "limit": ("hand-compiled step: one graph (the limit)", hand_compiled),
+    "limit_kernel": ("hand-compiled graph + fused Adam kernel (the other limit)",
+                     hand_compiled_kernel),
     "engine": ("beyondfit engine, eager", overhead.engine_batches),
     "engine_compiled": ("beyondfit engine, `compile=True`", engine_compiled),
     "engine_compiled_nocheck": ("beyondfit engine, `compile=True, on_nonfinite=\"ignore\"`",
