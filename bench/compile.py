@@ -79,11 +79,16 @@ def raw_fused(p: Problem, timer: Timer) -> Result:
     return Result(timer.costs, overhead._params(model))
 
 
-def hand_compiled(p: Problem, timer: Timer) -> Result:
-    """The limit: one graph per step, written by hand in plain PyTorch."""
+def hand_compiled(p: Problem, timer: Timer, kernel: bool = False) -> Result:
+    """The limit: one graph per step, written by hand in plain PyTorch. ``kernel``: the other
+    limit, the graph without Adam's update, then torch's fused Adam kernel (which outruns
+    inductor's code for that update on a CPU's larger models)."""
     model = p.model()
     params = list(model.parameters())
-    opt = torch.optim.Adam(params, lr=torch.tensor(LR, dtype=torch.float64))
+    if kernel:
+        opt = torch.optim.Adam(params, lr=LR, fused=True)
+    else:
+        opt = torch.optim.Adam(params, lr=torch.tensor(LR, dtype=torch.float64))
     adam_step = type(opt).step
     while hasattr(adam_step, "__wrapped__"):  # torch's wrappers break the graph on purpose
         adam_step = adam_step.__wrapped__
@@ -98,7 +103,8 @@ def hand_compiled(p: Problem, timer: Timer) -> Result:
             norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
             torch._foreach_mul_(grads, torch.clamp(CLIP_NORM / (norm + 1e-6), max=1.0))
             torch._foreach_copy_([q.grad for q in params], grads)
-            adam_step(opt)
+            if not kernel:
+                adam_step(opt)
         return {k: v.detach() for k, v in out.items()}
 
     compiled = torch.compile(_own_code(step), fullgraph=True)
@@ -107,38 +113,15 @@ def hand_compiled(p: Problem, timer: Timer) -> Result:
         for epoch in range(p.size.epochs):
             for batch in _epoch(p, epoch):
                 compiled(batch)
+                if kernel:
+                    opt.step()
                 timer.tick()
     return Result(timer.costs, overhead._params(model))
 
 
 def hand_compiled_kernel(p: Problem, timer: Timer) -> Result:
-    """The other limit: forward, gradients and clipping in one graph, then torch's fused Adam
-    kernel (which outruns inductor's code for Adam's update on a CPU's larger models)."""
-    model = p.model()
-    params = list(model.parameters())
-    opt = torch.optim.Adam(params, lr=LR, fused=True)
-    loss_fn = p.loss_fn
-
-    def grads_of(batch: Any) -> dict[str, torch.Tensor]:
-        out = loss_fn(model, batch)
-        grads = torch.autograd.grad(out["loss"], params)
-        with torch.no_grad():
-            norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-            torch._foreach_mul_(grads, torch.clamp(CLIP_NORM / (norm + 1e-6), max=1.0))
-            torch._foreach_copy_([q.grad for q in params], grads)
-        return {k: v.detach() for k, v in out.items()}
-
-    compiled = torch.compile(_own_code(grads_of), fullgraph=True)
-    timer.begin()
-    with torch._dynamo.config.patch(trace_autograd_ops=True):
-        for epoch in range(p.size.epochs):
-            for batch in _epoch(p, epoch):
-                for param in params:
-                    param.grad = torch.zeros_like(param) if param.grad is None else param.grad
-                compiled(batch)
-                opt.step()
-                timer.tick()
-    return Result(timer.costs, overhead._params(model))
+    """The other limit (:func:`hand_compiled` with ``kernel``)."""
+    return hand_compiled(p, timer, kernel=True)
 
 
 def _epoch(p: Problem, epoch: int) -> Any:
