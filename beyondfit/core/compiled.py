@@ -116,6 +116,7 @@ class CompiledUpdate:
                         for copy in map(_slow_copy_of, update.after_step) if copy is not None]
         self.python_hooks = [h for h in update.after_step if _slow_copy_of(h) is None]
         self._weights = [0.0] * len(self.targets)
+        self._zero = torch.zeros((), device=device)  # a blend that leaves a target as it is
         self._lrs: list[torch.Tensor] = []
         self.kernel = False  # the step is the optimizer's fused kernel, after the graph
         self._fused: list[Any] = []
@@ -155,7 +156,6 @@ class CompiledUpdate:
             step_counts_on_device(self.update.optimizer)
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
-
         graph = lambda fn, **kw: CountedCompile(fn, self.report, self.mode,  # noqa: E731
                                                 self.device, **kw)
         if self.whole:
@@ -326,19 +326,18 @@ class CompiledUpdate:
             raw_step(optimizer)(optimizer)
             for tensor, old in zip(written, before, strict=True):
                 tensor.copy_(torch.where(ok, tensor, old))
-            zero = torch.zeros((), device=ok.device)
-            self._follow([torch.where(ok, w, zero) for w in weights])
+            self._follow(self._masked(weights, ok))
 
     def _kernel_step(self, ok: torch.Tensor | None) -> None:
         # After the graph: the fused kernel, then the target networks, each skipping a step
         # the flag says is non-finite. No host read.
-        weights = self._pending
-        if ok is not None:
-            zero = torch.zeros((), device=ok.device)
-            weights = [torch.where(ok, w, zero) for w in weights]
         kernel_step(self.update.optimizer, ok)
         with torch.no_grad():
-            self._follow(weights)
+            self._follow(self._pending if ok is None else self._masked(self._pending, ok))
+
+    def _masked(self, weights: list[torch.Tensor], ok: torch.Tensor) -> list[torch.Tensor]:
+        # Each target network's blend, 0 (no change) on a step the flag says is non-finite.
+        return [torch.where(ok, w, self._zero) for w in weights]
 
     def _before_graph(self) -> None:
         # What a load_state_dict replaced is read again: the tensors the masked commit keeps
