@@ -15,6 +15,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+# Inductor compiles in the process that asks, not in a pool of worker processes it would
+# start in every test worker and every command line the tests run: on two cores the pool buys
+# nothing, and its processes are one more thing that can outlive or block a run. Set before
+# torch is imported (its config reads the variable once); the processes tests start inherit it.
+os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+
 import pytest
 import torch
 
