@@ -21,17 +21,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from beyondfit import Task
-from beyondfit.core.callbacks import Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_learning_rate
 from beyondfit.rl.agents import AGENTS
 from beyondfit.rl.algorithm import OffPolicyUpdate, attach_parts, check_updates, trained_params
-from beyondfit.rl.confirm import ConfirmingEvaluation
-from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
+from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.tasks.contract import UpdateSpec
-from beyondfit.tasks.policy_gradient import check_run_counts, describe_wrappers, rl_finish
+from beyondfit.tasks.policy_gradient import check_run_counts, describe_wrappers, rl_ending
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
 REPLAY_DEFAULTS: dict[str, Any] = {
@@ -97,20 +95,8 @@ def build(
     if normalize:
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
-    settings = {**REPLAY_DEFAULTS, **dict(replay or {})}
-    extra = sorted(set(settings) - set(REPLAY_DEFAULTS))
-    if extra:
-        raise BeyondfitError(f"unknown task.replay option(s) {extra}; known: "
-                             f"{', '.join(REPLAY_DEFAULTS)}")
-    if not isinstance(settings["save_buffer"], bool):
-        raise BeyondfitError(f"task.replay.save_buffer={settings['save_buffer']!r} must be true "
-                             "or false (true: the buffer goes into checkpoints, so resume= "
-                             "continues exactly)")
-    options = dict(agent or {})
-    kind = options.pop("kind", "actor_critic")
-    if kind not in AGENTS:
-        raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
-                             f"{', '.join(AGENTS)}")
+    settings = _replay_settings(replay)
+    kind, options = _agent_options(agent)
     own_settings = _optimizer_settings(optimizers, [u.name for u in updates])
     envs = make_vector_env(env, num_envs, wrappers, sync=True)  # copies a resume can rebuild
     try:
@@ -127,36 +113,49 @@ def build(
                             optimizer_options=own_settings.get(u.name, {}))
                  for u in updates]  # fmt: skip
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
-                               buffer_size=settings["buffer_size"],
-                               batch_size=settings["batch_size"],
-                               learning_starts=settings["learning_starts"],
-                               updates_per_step=settings["updates_per_step"],
-                               train_freq=settings["train_freq"],
-                               gradient_steps=settings["gradient_steps"],
-                               save_buffer=settings["save_buffer"])
+                               **settings)
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                     progress=lambda: data.env_steps, wrappers=wrappers)
+        # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
+        description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
+                       "agent": _plain({"kind": kind, **options})}
+        callbacks, finish = rl_ending(model, description, data, evaluator, env=env,
+                                      wrappers=wrappers, seed=seed, target_return=target_return,
+                                      eval_episodes=eval_episodes,
+                                      confirm_episodes=confirm_episodes, started=started,
+                                      leave_out=added)
     except BaseException:
         envs.close()
         raise
-    if target_return is None:
-        target_return = env_spec(env).reward_threshold
-    stopwatch = Stopwatch()  # training time, for the summary line
-    callbacks: list[Any] = [stopwatch]
-    confirm = None
-    if confirm_episodes:
-        confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(env, n, wrappers=wrappers),
-                                       confirm_episodes, seed, target_return)
-        callbacks.append(confirm)
-    description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
-                   "agent": _plain({"kind": kind, **options})}
-    # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
-    finish = rl_finish(model, description, data, evaluator, env=env, target_return=target_return,
-                       eval_episodes=eval_episodes, started=started, stopwatch=stopwatch,
-                       confirm=confirm, leave_out=added)
     per_eval = max(1, round(eval_every_env_steps * data.update_ratio))
     return Task(model=model, loss_fn=specs, train_data=data, val_data=evaluator,
                 eval_every=per_eval, finish=finish, callbacks=callbacks)
+
+
+def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``task.replay`` over :data:`REPLAY_DEFAULTS`, its keys checked (the collector checks
+    the values)."""
+    settings = {**REPLAY_DEFAULTS, **dict(replay or {})}
+    extra = sorted(set(settings) - set(REPLAY_DEFAULTS))
+    if extra:
+        raise BeyondfitError(f"unknown task.replay option(s) {extra}; known: "
+                             f"{', '.join(REPLAY_DEFAULTS)}")
+    if not isinstance(settings["save_buffer"], bool):
+        raise BeyondfitError(f"task.replay.save_buffer={settings['save_buffer']!r} must be true "
+                             "or false (true: the buffer goes into checkpoints, so resume= "
+                             "continues exactly)")
+    return settings
+
+
+def _agent_options(agent: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``task.agent`` as its ``kind`` (a key of :data:`~beyondfit.rl.agents.AGENTS`) and
+    that class's options."""
+    options = dict(agent or {})
+    kind = options.pop("kind", "actor_critic")
+    if kind not in AGENTS:
+        raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
+                             f"{', '.join(AGENTS)}")
+    return kind, options
 
 
 def _optimizer_settings(optimizers: Any, names: Sequence[str]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from beyondfit import Task
-from beyondfit.core.callbacks import Stopwatch
+from beyondfit.core.callbacks import Callback, Stopwatch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.serialization import atomic_save
@@ -162,32 +162,23 @@ def build(
     except BaseException:
         envs.close()
         raise
-    stopwatch = Stopwatch()  # training time, for the summary line
-    callbacks = [stopwatch, *env_step_schedules(anneal, data, loss)]
-    if target_return is None:
-        target_return = env_spec(env).reward_threshold
-    confirm = None
-    if confirm_episodes:
-        confirm = ConfirmingEvaluation(
-            lambda n: GreedyEvaluator(env, n, wrappers=wrappers), confirm_episodes, seed,
-            target_return,
-        )
-        callbacks.append(confirm)
     rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
     architecture = {"env": env, "hidden": list(hidden), "activation": activation,
                     "log_std_init": log_std_init, "critic": bool(critic),
                     "wrappers": describe_wrappers(wrappers),
                     "normalizer": None if normalizer is None else normalizer.describe()}
+    callbacks, finish = rl_ending(policy, architecture, data, evaluator, env=env,
+                                  wrappers=wrappers, seed=seed, target_return=target_return,
+                                  eval_episodes=eval_episodes, confirm_episodes=confirm_episodes,
+                                  started=started)
     return Task(
         model=policy,
         loss_fn=loss,
         train_data=data,
         val_data=evaluator,
         eval_every=rollouts_between_evals * data.batches_per_rollout,
-        finish=rl_finish(policy, architecture, data, evaluator, env=env,
-                         target_return=target_return, eval_episodes=eval_episodes,
-                         started=started, stopwatch=stopwatch, confirm=confirm),
-        callbacks=callbacks,
+        finish=finish,
+        callbacks=[*callbacks, *env_step_schedules(anneal, data, loss)],
     )
 
 
@@ -200,23 +191,38 @@ def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
                  example="task.confirm_episodes=100 (0: no confirming evaluation)")
 
 
-def rl_finish(
+def rl_ending(
     model: torch.nn.Module,
     description: Mapping[str, Any],
     data: RolloutCollector | ReplayCollector,
     evaluator: GreedyEvaluator,
     *,
     env: str,
+    wrappers: Sequence[WrapperFn],
+    seed: int,
     target_return: float | None,
     eval_episodes: int,
+    confirm_episodes: int,
     started: float,
-    stopwatch: Stopwatch,
-    confirm: ConfirmingEvaluation | None,
     leave_out: Sequence[str] = (),
-) -> Callable[[Engine, Path], list[str]]:
-    """The RL tasks' ``finish``: close the envs (collector, evaluator, confirming evaluation),
-    then :func:`save_and_report` the model's weights (but the submodules and parameters named in
-    ``leave_out``: training's alone, such as target copies) and ``description``."""
+) -> tuple[list[Callback], Callable[[Engine, Path], list[str]]]:
+    """What every RL task does around its training: ``(callbacks, finish)``.
+
+    The callbacks time the training (the summary line's training time) and, with
+    ``confirm_episodes``, confirm the score on that many fresh greedy episodes
+    (:class:`~beyondfit.rl.confirm.ConfirmingEvaluation`, against ``target_return``, by default
+    the env's registered ``reward_threshold``). ``finish`` closes the envs (collector,
+    evaluator, confirming evaluation), then :func:`save_and_report` the model's weights (but
+    the submodules and parameters named in ``leave_out``: training's alone, such as target
+    copies) and ``description``.
+    """
+    if target_return is None:
+        target_return = env_spec(env).reward_threshold
+    stopwatch = Stopwatch()
+    confirm = None
+    if confirm_episodes:
+        confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(env, n, wrappers=wrappers),
+                                       confirm_episodes, seed, target_return)
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
         """Save the policy, close the envs, and say whether the run solved the env."""
@@ -230,7 +236,7 @@ def rl_finish(
                                target_return, eval_episodes, data.env_steps, started,
                                stopwatch=stopwatch, confirm=confirm)
 
-    return finish
+    return [stopwatch] if confirm is None else [stopwatch, confirm], finish
 
 
 def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
