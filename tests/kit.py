@@ -147,6 +147,10 @@ os.dup2(err_w, 2)
 for fd in (null, out_w, err_w):
     os.close(fd)
 sys.stdin = open(0, closefd=False)
+# A run that outlives its request shows where it was: every thread's stack on its stderr,
+# which the test's failure then prints.
+import faulthandler
+faulthandler.dump_traceback_later(max(1.0, request["timeout"] - 5), exit=False)
 os.chdir(request["cwd"])
 os.environ.clear()
 os.environ.update(request["env"])
@@ -181,7 +185,8 @@ class _ForkServer:
             raise RuntimeError("the test fork server died; run with BEYONDFIT_TEST_FRESH=1")
         answer = json.loads(line)
         if answer["code"] is None:
-            raise subprocess.TimeoutExpired(command, timeout, answer["stdout"], answer["stderr"])
+            raise AssertionError(f"{' '.join(command[1:])} ran past {timeout:g} s; its stderr "
+                                 f"ends:\n{answer['stderr'][-6000:]}")
         return subprocess.CompletedProcess(command, answer["code"], answer["stdout"],
                                            answer["stderr"])
 
