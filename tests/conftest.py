@@ -65,3 +65,13 @@ def _unit_tests_start_no_process(request: pytest.FixtureRequest,
 def recorder() -> Recorder:
     """A fresh :class:`kit.Recorder` callback."""
     return Recorder()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """A process that does not exit within two minutes of its last test (a library's thread or
+    atexit handler waiting on something that never comes) prints every thread's stack and
+    exits: no test is running then, so neither ``timeout`` nor ``faulthandler_timeout`` fires,
+    and an xdist run would otherwise wait on that worker until CI's clock runs out."""
+    import faulthandler
+
+    faulthandler.dump_traceback_later(120, exit=True)
