@@ -151,7 +151,6 @@ def build(task_name: str, overrides: list[str]) -> tuple[Any, Any]:
     from beyondfit.cli.builders import build_optimizer, build_task
     from beyondfit.core.engine import Engine
     from beyondfit.core.seeding import seed_everything
-    from beyondfit.tasks.contract import bind_updates
 
     cfg = compose(task_name, overrides)
     budget = cfg.task.total_env_steps
@@ -161,9 +160,8 @@ def build(task_name: str, overrides: list[str]) -> tuple[Any, Any]:
     task = build_task(cfg.task, swapped=[])
     options = OmegaConf.to_container(cfg.engine, resolve=True)
     options.pop("strategy", None)
-    loss_fn, optimizer, _ = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer), None,
-                                         options)
-    return task, Engine(task.model, loss_fn, optimizer, device="cpu", **options)
+    return task, Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
+                        **options)
 
 
 def run_beyondfit(algo: str, bench: Bench, seed: int, episodes: int, budget: int,

@@ -52,7 +52,7 @@ from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
 from beyondfit.distributed.connector import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
-from beyondfit.tasks.contract import Task, bind_updates
+from beyondfit.tasks.contract import Task
 
 log = logging.getLogger("beyondfit")
 
@@ -182,10 +182,9 @@ def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
-    # A task with several optimizers (SAC) gets each built from the optimizer group.
-    loss_fn, optimizer, scheduler = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer),
-                                                 build_scheduler(cfg.get("scheduler")), options)
-    engine = Engine(task.model, loss_fn, optimizer, scheduler=scheduler, device=str(cfg.device),
+    # A task with several optimizers (SAC's Updates) gets each built from the optimizer group.
+    engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer),
+                    scheduler=build_scheduler(cfg.get("scheduler")), device=str(cfg.device),
                     callbacks=callbacks, strategy=strategy, **options)
     return Run(task, engine, callbacks, interrupt, stopwatch, checks)
 

@@ -50,7 +50,8 @@ class Engine(Checkpointable):
             are tracked as per-epoch values under their own names. Or a list of
             :class:`~beyondfit.core.update.Update` (several optimizers, each with its own
             loss, parameters, step ratio, scheduler and clipping); ``optimizer``,
-            ``scheduler``, ``clip_norm``, ``clip_value`` then belong to each Update.
+            ``scheduler``, ``clip_norm``, ``clip_value`` are then the defaults of the Updates
+            that set none of their own (an optimizer or scheduler factory, called per Update).
         optimizer: an Optimizer, or a callable ``params -> Optimizer`` that is given the
             trainable parameters (``requires_grad=True``) only.
         scheduler: an LR scheduler, or a callable ``optimizer -> scheduler``; stepped once

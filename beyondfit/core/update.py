@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -49,7 +49,10 @@ class Update:
         loss_fn: ``loss_fn(model, batch)`` returning a scalar tensor or a mapping with
             ``"loss"``, as for a one-optimizer engine.
         optimizer: an Optimizer over this update's parameters, or a callable
-            ``params -> Optimizer`` given ``params`` (Hydra's ``_partial_`` gives one).
+            ``params -> Optimizer`` given ``params`` (Hydra's ``_partial_`` gives one), or
+            ``None``: the Engine's ``optimizer`` factory (the command line's ``optimizer``
+            group), which also lends its ``scheduler``, ``clip_norm`` and ``clip_value`` to
+            an Update that sets none of its own.
         params: a module or an iterable of parameters; needed with an optimizer factory,
             otherwise read from the optimizer.
         every: step this optimizer once every ``every`` engine steps (WGAN-GP's generator:
@@ -67,13 +70,15 @@ class Update:
             steps (after its scheduler and ``zero_grad``), in order: the one place for what
             follows an optimizer, such as a target network's Polyak update. Not run when the
             step was skipped for non-finite values.
+        optimizer_options: keywords the optimizer factory is called with besides the
+            parameters, this update's own over the shared factory's (``{"lr": 1e-3}``).
     """
 
     def __init__(
         self,
         name: str,
         loss_fn: LossFn,
-        optimizer: Any,
+        optimizer: Any = None,
         *,
         params: nn.Module | Iterable[nn.Parameter] | None = None,
         every: int = 1,
@@ -83,6 +88,7 @@ class Update:
         track_grad_norm: bool = False,
         monitor: str = "val_loss",
         after_step: Iterable[Callable[[Update], None]] = (),
+        optimizer_options: Mapping[str, Any] | None = None,
     ) -> None:
         if not isinstance(name, str):
             raise BeyondfitError(f"Update name {name!r} must be a string")
@@ -108,6 +114,7 @@ class Update:
                     "hook(update)"
                 )
         self._optimizer_arg = optimizer
+        self.optimizer_options = dict(optimizer_options or {})
         self._params_arg = params
         self._scheduler_arg = scheduler
         # Set by bind(): the engine's model is on its device by then.
@@ -118,6 +125,20 @@ class Update:
         self.steps = 0  # times this optimizer stepped (saved in checkpoints)
         self.prefix = f"{name}/" if name else ""
 
+    def inherit(self, optimizer: Any, scheduler: Any, clip_norm: float | None,
+                clip_value: float | None, track_grad_norm: bool) -> None:
+        """Take the Engine's settings where this Update has none of its own."""
+        self.track_grad_norm = self.track_grad_norm or bool(track_grad_norm)
+        if self._optimizer_arg is None:
+            self._optimizer_arg = optimizer
+        if self._scheduler_arg is None:
+            self._scheduler_arg = scheduler
+        if self.clip_norm is None and clip_norm is not None:
+            self.clip_norm = check_option("Update.clip_norm", clip_norm)
+            self.track_grad_norm = True
+        if self.clip_value is None:
+            self.clip_value = check_option("Update.clip_value", clip_value)
+
     def bind(self, default_params: list[nn.Parameter] | None) -> None:
         """Build the optimizer and scheduler; ``default_params`` (the model's trainable
         parameters) serve a one-optimizer engine whose factory was given no ``params``."""
@@ -125,6 +146,9 @@ class Update:
         if isinstance(params, nn.Module):
             params = params.parameters()
         if isinstance(self._optimizer_arg, torch.optim.Optimizer):
+            if self.optimizer_options:
+                raise BeyondfitError(f"Update {self.name!r}: optimizer_options need an "
+                                     "optimizer factory, not a built Optimizer")
             self.optimizer = self._optimizer_arg
             found = [p for g in self.optimizer.param_groups for p in g["params"]]
             self.params = [p for p in found if p.requires_grad]
@@ -136,12 +160,15 @@ class Update:
             self.params = [p for p in chosen if p.requires_grad]
             if not self.params:
                 raise BeyondfitError(self._where("has no trainable parameters"))
-            self.optimizer = self._optimizer_arg(self.params)
+            self.optimizer = self._optimizer_arg(self.params, **self.optimizer_options)
             if not isinstance(self.optimizer, torch.optim.Optimizer):
                 raise BeyondfitError(
                     f"the optimizer factory returned {type(self.optimizer).__name__}, not a "
                     "torch Optimizer"
                 )
+        elif self._optimizer_arg is None:
+            raise BeyondfitError(f"Update {self.name!r} has no optimizer: give it one, or give "
+                                 "the Engine an optimizer factory the Updates share")
         else:
             raise BeyondfitError(
                 "optimizer must be a torch Optimizer or a callable params -> Optimizer, "
@@ -274,21 +301,17 @@ def build_updates(loss_fn: Any, optimizer: Any, scheduler: Any, clip_norm: Any, 
              track_grad_norm: bool) -> list[Update]:
     """The engine's optimizers: the Updates given, or one built from ``Engine``'s arguments."""
     if isinstance(loss_fn, Sequence) and loss_fn and all(isinstance(u, Update) for u in loss_fn):
-        given = {"optimizer": optimizer, "scheduler": scheduler, "clip_norm": clip_norm,
-                 "clip_value": clip_value}
-        extra = [k for k, v in given.items() if v is not None]
-        if extra:
-            raise BeyondfitError(
-                f"with a list of Updates, give {', '.join(extra)} to each Update instead of "
-                "to the Engine"
-            )
-        names = [u.name for u in loss_fn]
-        if len(loss_fn) > 1 and (len(set(names)) != len(names) or "" in names):
-            raise BeyondfitError(
-                f"Update names {names} must be distinct and non-empty: they prefix the "
-                "logged values (NAME/loss)"
-            )
-        return list(loss_fn)
+        # The Engine's settings are the Updates' defaults: each builds its own optimizer (and
+        # scheduler) from a shared factory; a built one belongs to a single optimizer.
+        for what, value in (("optimizer", optimizer), ("scheduler", scheduler)):
+            if len(loss_fn) > 1 and value is not None and not _factory(value):
+                raise BeyondfitError(
+                    f"with a list of Updates, give each Update its own {what}, or the Engine "
+                    f"a callable that builds one per Update (got a built {type(value).__name__})"
+                )
+        for update in loss_fn:
+            update.inherit(optimizer, scheduler, clip_norm, clip_value, track_grad_norm)
+        return check_names(list(loss_fn))
     if not callable(loss_fn):
         raise BeyondfitError(
             "loss_fn must be a callable loss_fn(model, batch), or a list of Update objects"
@@ -300,6 +323,21 @@ def build_updates(loss_fn: Any, optimizer: Any, scheduler: Any, clip_norm: Any, 
         )
     return [Update("", loss_fn, optimizer, scheduler=scheduler, clip_norm=clip_norm,
                    clip_value=clip_value, track_grad_norm=track_grad_norm)]
+
+
+def check_names(updates: list[Update]) -> list[Update]:
+    """``updates``, if their names are distinct and non-empty (they prefix the logged values)."""
+    names = [u.name for u in updates]
+    if len(updates) > 1 and (len(set(names)) != len(names) or "" in names):
+        raise BeyondfitError(f"Update names {names} must be distinct and non-empty: they prefix "
+                             "the logged values (NAME/loss)")
+    return updates
+
+
+def _factory(value: Any) -> bool:
+    """Is ``value`` a factory (not a built optimizer or scheduler)?"""
+    return callable(value) and not isinstance(value, torch.optim.Optimizer) and not hasattr(
+        value, "step")
 
 
 def check_disjoint(updates: list[Update]) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_number
 from beyondfit.core.target import SlowCopy
 
 #: A loss closure: ``loss(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
@@ -76,7 +75,8 @@ class OffPolicyUpdate:
 
 
 def check_updates(updates: Any) -> list[OffPolicyUpdate]:
-    """``task.loss``'s result as a list of :class:`OffPolicyUpdate`, else one error line."""
+    """``task.loss``'s result as a list of :class:`OffPolicyUpdate`, else one error line (the
+    engine's :class:`~beyondfit.core.update.Update` checks each one's name, closure and ratio)."""
     if isinstance(updates, OffPolicyUpdate):
         updates = [updates]
     if not isinstance(updates, Sequence) or isinstance(updates, str) or not updates or not all(
@@ -87,21 +87,6 @@ def check_updates(updates: Any) -> list[OffPolicyUpdate]:
             "every=..., target=...), ...] (see beyondfit.rl.algorithm), or pick one with "
             "algo=sac, algo=td3 or algo=dqn"
         )
-    names = [u.name for u in updates]
-    for update in updates:
-        if not isinstance(update.name, str) or not update.name or names.count(update.name) > 1:
-            raise BeyondfitError(f"task.loss declares the update name {update.name!r} "
-                                 f"{names.count(update.name)} times or empty: each update needs "
-                                 "a name of its own")
-        if not callable(update.loss):
-            raise BeyondfitError(f"task.loss's update {update.name!r}: loss is "
-                                 f"{type(update.loss).__name__}, not a closure loss(model, batch)")
-        check_number(f"task.loss's update {update.name!r} every", update.every, integer=True,
-                     at_least=1)
-    targets = [u.target.name for u in updates if u.target is not None]
-    if len(set(targets)) != len(targets):
-        raise BeyondfitError(f"task.loss declares the target names {targets}: each target "
-                             "copy needs a name of its own")
     return list(updates)
 
 
@@ -110,46 +95,33 @@ def attach_parts(model: nn.Module, updates: Sequence[OffPolicyUpdate]) -> list[s
     copy. Returns the names of the attributes added (left out of the saved policy)."""
     added: list[str] = []
     for update in updates:
-        if _part(model, update.trains) is None:
+        if getattr(model, update.trains, None) is None:
             if update.build is None:
                 raise BeyondfitError(
                     f"task.loss's update {update.name!r} trains model.{update.trains}, which "
                     f"the agent ({type(model).__name__}) has not: pick the agent it needs "
                     "(task.agent), or give the update a build(model) that makes the part"
                 )
-            part = update.build(model)
-            if not isinstance(part, nn.Module | nn.Parameter):
-                raise BeyondfitError(f"task.loss's update {update.name!r}: build(model) gave "
-                                     f"{type(part).__name__}, not a module or a parameter")
-            setattr(model, update.trains, part)
+            setattr(model, update.trains, update.build(model))
             added.append(update.trains)
     for update in updates:
-        target = update.target
-        if target is None:
-            continue
-        part = _part(model, update.trains)
-        if not isinstance(part, nn.Module):
-            raise BeyondfitError(f"task.loss's update {update.name!r} has a target copy of "
-                                 f"model.{update.trains}, which is not a module")
-        if _part(model, target.name) is not None:
-            raise BeyondfitError(f"task.loss's target {target.name!r} is already a part of the "
-                                 "agent: give the copy a name of its own")
-        setattr(model, target.name, SlowCopy(part, rate=target.rate, every=target.every))
-        added.append(target.name)
+        if update.target is not None:
+            name, part = update.target.name, trained_params(model, update)
+            problem = (f"its target {name!r} is already a part of the agent" if hasattr(model, name)
+                       else None if isinstance(part, nn.Module)
+                       else f"model.{update.trains} is a parameter, not a module to copy")
+            if problem:
+                raise BeyondfitError(f"task.loss's update {update.name!r}: {problem}")
+            setattr(model, name, SlowCopy(part, rate=update.target.rate, every=update.target.every))
+            added.append(name)
     return added
 
 
 def trained_params(model: nn.Module, update: OffPolicyUpdate) -> nn.Module | list[nn.Parameter]:
     """What ``update``'s optimizer trains: its part's parameters (a module, or ``[param]``)."""
-    part = _part(model, update.trains)
-    if isinstance(part, nn.Parameter):
-        return [part]
-    if isinstance(part, nn.Module):
-        return part
+    part = getattr(model, update.trains, None)
+    if isinstance(part, nn.Module | nn.Parameter):
+        return [part] if isinstance(part, nn.Parameter) else part
     raise BeyondfitError(f"task.loss's update {update.name!r} trains model.{update.trains}, "
-                         f"which is {type(part).__name__}, not a module or a parameter (set "
-                         "task.agent.init_alpha for SAC's temperature)")
-
-
-def _part(model: nn.Module, name: str) -> Any:
-    return getattr(model, name, None)
+                         f"which is {type(part).__name__}, not a module or a parameter (as the "
+                         "agent or the update's build(model) gives it)")

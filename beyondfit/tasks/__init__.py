@@ -4,6 +4,6 @@ Each module's ``build(...)`` returns a :class:`Task` (model, loss closure, data)
 loop; a user's own task is a function returning the same, named by ``_target_`` in a yaml.
 """
 
-from beyondfit.tasks.contract import Evaluator, UpdateSpec
+from beyondfit.tasks.contract import Evaluator
 
-__all__ = ["Evaluator", "UpdateSpec"]
+__all__ = ["Evaluator"]

@@ -32,8 +32,7 @@ writes such a starting point).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,11 +40,11 @@ from typing import TYPE_CHECKING, Any
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.update import Update
 
 if TYPE_CHECKING:
     from beyondfit.core.callbacks import Callback
     from beyondfit.core.engine import Engine
-    from beyondfit.core.update import Update
 
 #: An evaluator scores a model without a loss closure (e.g. greedy RL episodes):
 #: ``evaluator(model) -> {"val_return": ..., ...}``; the names it returns are logged as they are.
@@ -66,8 +65,9 @@ class Task:
         loss_fn: the closure ``loss_fn(model, batch)``: a scalar tensor, or a mapping with
             ``"loss"`` (differentiated) and other scalars (logged as per-epoch means). Use the
             ``model`` argument, not a captured one: the engine may have wrapped it (DDP, compile).
-            Or a list of :class:`UpdateSpec`: several optimizers (SAC's critic, actor and
-            temperature), each built by the command line from the ``optimizer`` group.
+            Or a list of :class:`~beyondfit.core.update.Update`: several optimizers (SAC's
+            critic, actor and temperature); one without an optimizer of its own is built by
+            the command line from the ``optimizer`` group.
         train_data: any iterable of batches, iterated once per epoch (``train.epochs``): a
             list, a ``DataLoader``, :class:`~beyondfit.TensorBatches`, a rollout collector.
             Batches may be tensors or any nesting of tuples, lists, dicts or dataclasses of them.
@@ -87,7 +87,7 @@ class Task:
     """
 
     model: nn.Module
-    loss_fn: Callable[[nn.Module, Any], Any] | list[UpdateSpec]
+    loss_fn: Callable[[nn.Module, Any], Any] | list[Update]
     train_data: Iterable[Any]
     val_data: Iterable[Any] | Evaluator | None = None
     eval_every: int | None = None
@@ -101,8 +101,8 @@ class Task:
         """
         problems = [
             ("model", isinstance(self.model, nn.Module), "a torch.nn.Module"),
-            ("loss_fn", callable(self.loss_fn) or several_updates(self.loss_fn),
-             "a function loss_fn(model, batch) or a list of UpdateSpec"),
+            ("loss_fn", callable(self.loss_fn) or _updates(self.loss_fn),
+             "a function loss_fn(model, batch) or a list of Update"),
             ("train_data", _iterable(self.train_data), "an iterable of batches"),
             ("val_data", self.val_data is None or callable(self.val_data)
              or _iterable(self.val_data), "an iterable of batches, an evaluator or None"),
@@ -118,53 +118,9 @@ class Task:
                 raise BeyondfitError(f"{what} {name} is {type(value).__name__}, not {wanted}")
 
 
-@dataclass
-class UpdateSpec:
-    """One optimizer of a task that trains several, before the optimizer exists.
-
-    The command line builds each into an :class:`~beyondfit.core.update.Update` with the
-    ``optimizer`` and ``scheduler`` groups (``optimizer.lr`` sets every one's rate) and the
-    ``engine.clip_norm``/``clip_value`` options, over ``params``, stepping every ``every``
-    batches in the list's order, with ``after_step`` hooks (target networks) run right after
-    its optimizer steps.
-    """
-
-    name: str
-    loss_fn: Callable[[nn.Module, Any], Any]
-    params: nn.Module | Iterable[nn.Parameter]
-    every: int = 1
-    after_step: Sequence[Callable[[Any], None]] = ()
-    #: This update's own optimizer settings over the group's, e.g. ``{"lr": 1e-3}``.
-    optimizer_options: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self, optimizer: Any, scheduler: Any = None, clip_norm: float | None = None,
-              clip_value: float | None = None) -> Update:  # fmt: skip
-        """The :class:`~beyondfit.core.update.Update` with this optimizer factory (called with
-        ``optimizer_options`` as keywords)."""
-        from beyondfit.core.update import Update
-
-        if self.optimizer_options:
-            optimizer = functools.partial(optimizer, **self.optimizer_options)
-        return Update(self.name, self.loss_fn, optimizer, params=self.params, every=self.every,
-                      scheduler=scheduler, clip_norm=clip_norm, clip_value=clip_value,
-                      after_step=self.after_step)  # fmt: skip
-
-
-def several_updates(loss_fn: Any) -> bool:
-    """Is ``loss_fn`` a non-empty list of :class:`UpdateSpec`?"""
+def _updates(loss_fn: Any) -> bool:
     return isinstance(loss_fn, list | tuple) and bool(loss_fn) and all(
-        isinstance(spec, UpdateSpec) for spec in loss_fn)
-
-
-def bind_updates(loss_fn: Any, optimizer: Any, scheduler: Any,
-                 options: dict[str, Any]) -> tuple[Any, Any, Any]:  # fmt: skip
-    """``(loss_fn, optimizer, scheduler)`` for the Engine: a task's :class:`UpdateSpec` list
-    becomes Updates, each with the optimizer and scheduler factories and the clipping taken out
-    of ``options``; any other loss passes through unchanged."""
-    if not several_updates(loss_fn):
-        return loss_fn, optimizer, scheduler
-    clips = {key: options.pop(key, None) for key in ("clip_norm", "clip_value")}
-    return [spec.build(optimizer, scheduler, **clips) for spec in loss_fn], None, None
+        isinstance(u, Update) for u in loss_fn)
 
 
 def _iterable(value: Any) -> bool:

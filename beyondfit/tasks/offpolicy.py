@@ -23,12 +23,12 @@ from typing import Any
 from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_learning_rate
+from beyondfit.core.update import Update, check_names
 from beyondfit.rl.agents import AGENTS
 from beyondfit.rl.algorithm import OffPolicyUpdate, attach_parts, check_updates, trained_params
 from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.tasks.contract import UpdateSpec
 from beyondfit.tasks.policy_gradient import check_run_counts, describe_wrappers, rl_ending
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
@@ -108,10 +108,12 @@ def build(
         # The parts and target copies the algorithm declares, before anything draws random
         # numbers: a target starts equal to its part.
         added = attach_parts(model, updates)
-        specs = [UpdateSpec(u.name, u.loss, trained_params(model, u), every=u.every,
-                            after_step=[getattr(model, u.target.name).update] if u.target else [],
-                            optimizer_options=own_settings.get(u.name, {}))
-                 for u in updates]  # fmt: skip
+        # One engine Update (an optimizer from the optimizer group) per declared update.
+        steps = check_names([
+            Update(u.name, u.loss, params=trained_params(model, u), every=u.every,
+                   after_step=[getattr(model, u.target.name).update] if u.target else [],
+                   optimizer_options=own_settings.get(u.name))
+            for u in updates])  # fmt: skip
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
         evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
@@ -128,7 +130,7 @@ def build(
         envs.close()
         raise
     per_eval = max(1, round(eval_every_env_steps * data.update_ratio))
-    return Task(model=model, loss_fn=specs, train_data=data, val_data=evaluator,
+    return Task(model=model, loss_fn=steps, train_data=data, val_data=evaluator,
                 eval_every=per_eval, finish=finish, callbacks=callbacks)
 
 

@@ -253,15 +253,36 @@ def test_a_scheduler_of_another_optimizer_is_refused_in_one_line() -> None:
         engine.fit(batches(n=2), epochs=1, verbose=False)
 
 
-def test_engine_level_options_with_updates_are_refused_and_single_names_explain() -> None:
+def test_engine_level_options_are_the_updates_defaults_and_single_names_explain() -> None:
     model = Pair()
-    updates = [Update("d", d_loss, torch.optim.SGD(model.d.parameters(), 0.1)),
-               Update("g", g_loss, torch.optim.SGD(model.g.parameters(), 0.1))]
-    with pytest.raises(BeyondfitError, match="give clip_norm to each Update"):
-        Engine(model, updates, clip_norm=1.0, device="cpu")
-    engine = Engine(model, updates, device="cpu")
+    own = torch.optim.SGD(model.d.parameters(), 0.1)
+    updates = [Update("d", d_loss, own, clip_norm=5.0),
+               Update("g", g_loss, params=model.g, optimizer_options={"lr": 0.5})]
+    engine = Engine(model, updates, lambda params, lr=0.1: torch.optim.SGD(params, lr),
+                    clip_norm=1.0, clip_value=2.0, device="cpu")
+    d, g = engine.updates
+    assert d.optimizer is own and d.clip_norm == 5.0 and d.clip_value == 2.0
+    assert isinstance(g.optimizer, torch.optim.SGD) and g.lr() == 0.5
+    assert g.clip_norm == 1.0 and g.track_grad_norm
+    assert {id(p) for p in g.params} == {id(p) for p in model.g.parameters()}
+    engine.fit(batches(n=2), epochs=1, verbose=False)
+    assert engine.global_step == 2
     with pytest.raises(AttributeError, match=r"several optimizers \('d', 'g'\)"):
         _ = engine.optimizer
+
+
+def test_a_built_optimizer_is_not_shared_and_an_update_without_one_says_so() -> None:
+    model = Pair()
+    with pytest.raises(BeyondfitError, match=r"give each Update its own optimizer, or the Engine "
+                                             r"a callable.*SGD"):
+        Engine(model, [Update("d", d_loss, params=model.d), Update("g", g_loss, params=model.g)],
+               torch.optim.SGD(model.parameters(), 0.1), device="cpu")
+    with pytest.raises(BeyondfitError, match="Update 'g' has no optimizer: give it one"):
+        Engine(model, [Update("d", d_loss, torch.optim.SGD(model.d.parameters(), 0.1)),
+                       Update("g", g_loss, params=model.g)], device="cpu")
+    with pytest.raises(BeyondfitError, match="optimizer_options need an optimizer factory"):
+        Engine(model, [Update("d", d_loss, torch.optim.SGD(model.d.parameters(), 0.1),
+                              optimizer_options={"lr": 1.0})], device="cpu")
 
 
 def test_an_update_over_a_factory_and_a_module_builds_its_optimizer() -> None:

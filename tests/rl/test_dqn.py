@@ -198,15 +198,13 @@ def test_dqn_mistakes_are_one_line_errors(make, message: str) -> None:
 
 def test_the_task_builds_dqn_with_its_target_and_leaves_the_target_out_of_the_policy() -> None:
     from beyondfit import Engine
-    from beyondfit.tasks.contract import bind_updates
     from beyondfit.tasks.offpolicy import build
 
     task = build(dqn_loss(target_every=5), env="CartPole-v1", total_env_steps=60,
                  agent={"kind": "q", "hidden": [8]}, eval_episodes=1,
                  replay={"learning_starts": 20, "batch_size": 4, "updates_per_step": None,
                          "train_freq": 4, "gradient_steps": 2})  # fmt: skip
-    loss_fn, _, _ = bind_updates(task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), None, {})
-    engine = Engine(task.model, loss_fn, device="cpu")
+    engine = Engine(task.model, task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), device="cpu")
     engine.fit(task.train_data)
     task.train_data.close()
     task.val_data.close()

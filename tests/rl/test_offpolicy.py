@@ -298,17 +298,14 @@ def test_one_closure_gets_its_own_optimizer_settings_over_the_groups() -> None:
     from functools import partial
 
     from beyondfit.rl.offpolicy_losses import sac_loss
-    from beyondfit.tasks.contract import bind_updates
     from beyondfit.tasks.offpolicy import build
 
     task = build(loss=sac_loss(), total_env_steps=10, replay={"learning_starts": 5},
                  optimizers={"critic": {"lr": 2e-3}, "alpha": {"lr": 5e-4, "eps": 1e-5}})
     group = partial(torch.optim.Adam, lr=1e-3, eps=1e-8)  # the optimizer group's factory
-    updates, _, _ = bind_updates(task.loss_fn, group, None, {})
-    settings = {}
-    for update in updates:
-        update.bind(None)
-        settings[update.name] = {k: update.optimizer.param_groups[0][k] for k in ("lr", "eps")}
+    engine = Engine(task.model, task.loss_fn, group, device="cpu")
+    settings = {update.name: {k: update.optimizer.param_groups[0][k] for k in ("lr", "eps")}
+                for update in engine.updates}
     assert settings == {"critic": {"lr": 2e-3, "eps": 1e-8}, "actor": {"lr": 1e-3, "eps": 1e-8},
                         "alpha": {"lr": 5e-4, "eps": 1e-5}}
     task.train_data.close()
@@ -376,15 +373,15 @@ def test_the_issues_agent_and_replay_settings_on_the_command_line(tmp_path: Path
     ({"loss": [OffPolicyUpdate("value", lambda m, b: 0, trains="value")]},
      r"update 'value' trains model\.value, which the agent \(OffPolicyAgent\) has not"),
     ({"loss": [OffPolicyUpdate("a", lambda m, b: 0, trains="actor")] * 2},
-     r"update name 'a' 2 times"),
+     r"Update names \['a', 'a'\] must be distinct"),
     ({"loss": [OffPolicyUpdate("a", lambda m, b: 0, trains="actor", every=0)]},
-     r"update 'a' every=0"),
+     r"Update 'a' every=0"),
     ({"loss": [OffPolicyUpdate("a", lambda m, b: 0, trains="actor",
                                target=Target("critic", 0.1))]}, r"target 'critic' is already"),
     ({"loss": [OffPolicyUpdate("a", lambda m, b: 0, trains="log_alpha",
-                               target=Target("t", 0.1))]}, r"model\.log_alpha, which is not a"),
+                               target=Target("t", 0.1))]}, r"model\.log_alpha is a parameter, not"),
     ({"loss": [OffPolicyUpdate("a", lambda m, b: 0, trains="x", build=lambda m: 3)]},
-     r"build\(model\) gave int"),
+     r"trains model\.x, which is int, not a module or a parameter"),
     ({"agent": {"kind": "dueling"}}, r"unknown task\.agent\.kind='dueling'"),
     ({"agent": {"init_alpha": None}}, r"update 'alpha' trains model\.log_alpha, which the"),
     ({"replay": {"learning_starts": 10}}, r"total_env_steps=10 is not above task\.replay\.lea"),
@@ -430,14 +427,12 @@ def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
 
 def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
     from beyondfit.rl.offpolicy_losses import td3_loss
-    from beyondfit.tasks.contract import bind_updates
     from beyondfit.tasks.offpolicy import build
 
     agent = {"actor": "deterministic", "hidden": [8], "init_alpha": None}
     task = build(td3_loss(policy_delay=2), total_env_steps=30, agent=agent,
                  replay={"learning_starts": 20, "batch_size": 4}, eval_episodes=1)
-    loss_fn, _, _ = bind_updates(task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), None, {})
-    engine = Engine(task.model, loss_fn, device="cpu")
+    engine = Engine(task.model, task.loss_fn, lambda p: torch.optim.Adam(p, 1e-3), device="cpu")
     engine.fit(task.train_data)
     task.train_data.close()
     task.val_data.close()
@@ -459,7 +454,6 @@ def _trained_fingerprint(overrides: list[str]) -> str:
     from beyondfit.cli.builders import build_optimizer, build_task
     from beyondfit.cli.run import CONF_DIR
     from beyondfit.core.seeding import seed_everything
-    from beyondfit.tasks.contract import bind_updates
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", overrides=["+task=pendulum", "seed=3", "task.total_env_steps=300",
@@ -468,8 +462,7 @@ def _trained_fingerprint(overrides: list[str]) -> str:
                                            *overrides])
     seed_everything(int(cfg.seed))
     task = build_task(cfg.task, swapped=[])
-    loss_fn, optimizer, _ = bind_updates(task.loss_fn, build_optimizer(cfg.optimizer), None, {})
-    engine = Engine(task.model, loss_fn, optimizer, device="cpu")
+    engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu")
     engine.fit(task.train_data, epochs=1, verbose=False)
     task.train_data.close()
     task.val_data.close()
