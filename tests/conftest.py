@@ -68,10 +68,14 @@ def recorder() -> Recorder:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """A process that does not exit within two minutes of its last test (a library's thread or
+    """A process that does not exit within two minutes of deciding to (a library's thread or
     atexit handler waiting on something that never comes) prints every thread's stack and
     exits: no test is running then, so neither ``timeout`` nor ``faulthandler_timeout`` fires,
-    and an xdist run would otherwise wait on that worker until CI's clock runs out."""
+    and an xdist run would otherwise wait on that worker until CI's clock runs out. Armed when
+    the interpreter starts shutting down (before it joins the threads left running), not at the
+    end of the tests: an xdist worker that is done waits for the others, however long."""
     import faulthandler
+    import threading
 
-    faulthandler.dump_traceback_later(120, exit=True)
+    arm = lambda: faulthandler.dump_traceback_later(120, exit=True)  # noqa: E731
+    getattr(threading, "_register_atexit", __import__("atexit").register)(arm)
