@@ -29,10 +29,11 @@ from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_option
 from beyondfit.core.position import Counter, RunPosition
 from beyondfit.core.precision import Precision
+from beyondfit.core.schedules import planned_steps
 from beyondfit.core.state import Checkpointable
 from beyondfit.core.step import Window
 from beyondfit.core.strategy import Strategy
-from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint, planned_steps
+from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint
 from beyondfit.distributed.connector import resolve_strategy
 
 log = logging.getLogger(__name__)

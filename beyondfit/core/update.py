@@ -25,7 +25,6 @@ The rules the engine follows (see :class:`~beyondfit.core.engine.Engine`):
 
 from __future__ import annotations
 
-import inspect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -37,6 +36,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
 from beyondfit.core.optimizer_state import check_optimizer_entry
 from beyondfit.core.options import check_number, check_option
+from beyondfit.core.schedules import scheduler_for, wants_run_length
 
 LossFn = Callable[[nn.Module, Any], Any]
 
@@ -176,7 +176,7 @@ class Update:
             )
         if not self.params:
             raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
-        self.scheduler = self._own(_build_scheduler(self._scheduler_arg, self.optimizer))
+        self.scheduler = self._own(scheduler_for(self._scheduler_arg, self.optimizer))
         if self.plateau:
             self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
                                    fix="set the Update's monitor= to one of them")
@@ -379,40 +379,3 @@ class OnlyUpdate:
         if not engine._single:
             raise AttributeError(f"set {self.attribute} on an Update of engine.updates")
         setattr(engine.updates[0], self.attribute, value)
-
-
-def _build_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer) -> Any:
-    if scheduler is None:
-        return None
-    if hasattr(scheduler, "step") and hasattr(scheduler, "state_dict"):
-        return scheduler
-    if callable(scheduler):
-        return None if wants_run_length(scheduler) else scheduler(optimizer)
-    raise BeyondfitError(
-        f"scheduler must be an LR scheduler or a callable optimizer -> scheduler, "
-        f"got {type(scheduler).__name__}"
-    )
-
-
-def wants_run_length(scheduler: Any) -> bool:
-    """Is ``scheduler`` a factory with a ``total_steps`` parameter (built by ``fit``)?"""
-    if not callable(scheduler) or hasattr(scheduler, "step"):
-        return False
-    try:
-        return "total_steps" in inspect.signature(scheduler).parameters
-    except (TypeError, ValueError):  # a builtin without a signature
-        return False
-
-
-def planned_steps(data: Any, epochs: int | None, max_steps: int | None, accumulate: int) -> int:
-    """The optimizer steps a ``fit`` will take: ``max_steps``, or whole epochs of ``data``."""
-    if max_steps is not None:
-        return int(max_steps)
-    try:
-        per_epoch = -(-len(data) // accumulate)
-    except TypeError:
-        raise BeyondfitError(
-            "the scheduler needs the run's length: the training data has no len(), so pass "
-            "max_steps=N"
-        ) from None
-    return per_epoch * int(epochs or 1)
