@@ -56,6 +56,25 @@ def bad_model(seed: int = 0, width: int = 8):
     return task
 
 
+def pair(seed: int = 0, width: int = 8):
+    """Two optimizers, neither built here: the command line's optimizer group builds both,
+    the second with a rate of its own."""
+    from beyondfit import Update
+
+    task = build(seed, width)
+    model = torch.nn.ModuleDict({"first": task.model[0], "last": task.model[2]})
+
+    def loss_fn(model, batch):
+        features, target = batch
+        out = model["last"](torch.relu(model["first"](features)))
+        return torch.nn.functional.mse_loss(out, target)
+
+    task.model = model
+    task.loss_fn = [Update("first", loss_fn, params=model["first"]),
+                    Update("last", loss_fn, params=model["last"], optimizer_options={"lr": 0.01})]
+    return task
+
+
 not_callable = 3
 '''
 
@@ -89,6 +108,20 @@ def test_config_dir_task_runs_with_checkpoints_logs_and_plots(tmp_path: Path) ->
     assert any("val_loss" in row for row in rows)
     assert (run / "metrics.csv").is_file() and list((run / "checkpoints").glob("step-*.pt"))
     assert (run / "curves.png").is_file()  # drawn before the command returned
+
+
+@pytest.mark.e2e
+def test_a_users_task_with_two_optimizers_gets_both_from_the_optimizer_group(
+        tmp_path: Path) -> None:
+    user_project(tmp_path, pair="mymod.pair")
+    done = cli("--config-dir", "conf", "+task=pair", "optimizer.lr=0.05", "engine.clip_norm=1.0",
+               "engine.log_every=1", "hydra.run.dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text()
+            .splitlines()]
+    logged = {key: value for row in rows for key, value in row.items()}
+    assert logged["first/lr"] == 0.05 and logged["last/lr"] == 0.01  # the group's, its own
+    assert "first/grad_norm" in logged and "last/grad_norm" in logged  # engine.clip_norm: both
 
 
 @pytest.mark.e2e
