@@ -105,23 +105,27 @@ def attach_parts(model: nn.Module, updates: Sequence[OffPolicyUpdate]) -> list[s
             setattr(model, update.trains, update.build(model))
             added.append(update.trains)
     for update in updates:
-        if update.target is not None:
-            name, part = update.target.name, trained_params(model, update)
-            problem = (f"its target {name!r} is already a part of the agent" if hasattr(model, name)
-                       else None if isinstance(part, nn.Module)
-                       else f"model.{update.trains} is a parameter, not a module to copy")
-            if problem:
-                raise BeyondfitError(f"task.loss's update {update.name!r}: {problem}")
-            setattr(model, name, SlowCopy(part, rate=update.target.rate, every=update.target.every))
-            added.append(name)
+        if update.target is None:
+            continue
+        name, part = update.target.name, trained_params(model, update)
+        if getattr(model, name, None) is not None:
+            raise BeyondfitError(f"task.loss's update {update.name!r}: its target {name!r} is "
+                                 "already a part of the agent")
+        if not isinstance(part, nn.Module):
+            raise BeyondfitError(f"task.loss's update {update.name!r}: model.{update.trains} is "
+                                 "a parameter, not a module to copy")
+        setattr(model, name, SlowCopy(part, rate=update.target.rate, every=update.target.every))
+        added.append(name)
     return added
 
 
 def trained_params(model: nn.Module, update: OffPolicyUpdate) -> nn.Module | list[nn.Parameter]:
     """What ``update``'s optimizer trains: its part's parameters (a module, or ``[param]``)."""
     part = getattr(model, update.trains, None)
-    if isinstance(part, nn.Module | nn.Parameter):
-        return [part] if isinstance(part, nn.Parameter) else part
+    if isinstance(part, nn.Parameter):
+        return [part]
+    if isinstance(part, nn.Module):
+        return part
     raise BeyondfitError(f"task.loss's update {update.name!r} trains model.{update.trains}, "
                          f"which is {type(part).__name__}, not a module or a parameter (as the "
                          "agent or the update's build(model) gives it)")
