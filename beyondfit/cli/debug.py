@@ -2,7 +2,8 @@
 
 - ``+debug=fast``: does the experiment run end to end? Two optimizer steps, an evaluation, a
   checkpoint after the first step, and a resume from it (a fresh task and engine, as a new
-  process would build them) for the second; trackers and plots off.
+  process would build them) for the second; trackers and plots off; an RL task's greedy
+  evaluations and confirming evaluation play ``debug.episodes`` (1) episode each.
 - ``+debug=overfit``: train and evaluate on the same first ``debug.overfit_batches`` training
   batches for many epochs: a new loss that cannot drive its value to ~0 there has a bug.
 - ``+debug=anomaly``: name the operation that first makes a NaN
@@ -11,7 +12,9 @@
   goes (:class:`beyondfit.observers.profiler.StepProfiler`).
 
 Each works for any task (built-in or the user's own; supervised, self-supervised or RL): it
-changes what the engine is given, never the task.
+changes what the engine is given, never the task, except for how many greedy episodes an RL
+task's evaluations play (``debug.episodes``: a 2-step check has no use for a 100-episode
+verdict).
 """
 
 from __future__ import annotations
@@ -44,7 +47,24 @@ def settings(cfg: DictConfig) -> dict[str, Any]:
         "overfit_batches": section.get("overfit_batches"),
         "anomaly": bool(section.get("anomaly", False)),
         "profile": section.get("profile"),
+        "episodes": section.get("episodes"),
     }
+
+
+# The task settings debug.episodes caps: those of every RL task built on conf/base/rl.yaml.
+EPISODE_COUNTS = ("eval_episodes", "confirm_episodes")
+
+
+def cap_episodes(task: DictConfig, episodes: int | None) -> None:
+    """``debug.episodes``: at most ``episodes`` greedy episodes per evaluation and in the
+    confirming one (0, no confirming evaluation, stays 0), for a task config that has these
+    counts; any other task is left as it is."""
+    if episodes is None:
+        return
+    for key in EPISODE_COUNTS:
+        value = task.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > episodes:
+            task[key] = episodes
 
 
 def with_resume_check(cfg: DictConfig, run_dir: Path, train: Train) -> list[dict[str, float]]:

@@ -162,6 +162,7 @@ def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
         torch.set_num_threads(int(cfg.threads))
     seed_everything(int(cfg.seed))
     absolute_paths(cfg.task)
+    debug.cap_episodes(cfg.task, checks["episodes"])
     task = build_task(cfg.task)
     if checks["overfit_batches"]:
         debug.overfit(task, int(checks["overfit_batches"]))

@@ -120,6 +120,8 @@ class DebugConfig:
     anomaly: bool = MISSING
     profile: Optional[int] = field(default=MISSING,
                                    metadata=_number(integer=True, at_least=1, allow_none=True))
+    episodes: Optional[int] = field(default=MISSING,
+                                    metadata=_number(integer=True, at_least=1, allow_none=True))
 
 
 @dataclass

@@ -122,9 +122,11 @@ class ConfirmingEvaluation(Callback):
         if self.result is None:
             return None
         first = int(self.result["first_seed"])
+        seeds = (f"seed {first}" if self.episodes == 1 else
+                 f"seeds {first}-{first + self.episodes - 1}")
         return {
-            "values_from": f"confirming evaluation, {self.episodes} fresh greedy episodes, "
-                           f"seeds {first}-{first + self.episodes - 1}",
+            "values_from": f"confirming evaluation, {count(self.episodes, 'fresh greedy episode')}"
+                           f", {seeds}",
             "confirming_evaluation": {**self.result, "attempts": self.attempts},
             "training_evaluation": dict(self.training),
             "target": self.target,
@@ -145,3 +147,8 @@ class ConfirmingEvaluation(Callback):
         self.attempts = int(state.get("attempts", 0))
         result = state.get("result")
         self.result = None if result is None else {str(k): float(v) for k, v in result.items()}
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1: "1 fresh episode", "100 fresh episodes"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -29,7 +29,7 @@ from beyondfit.core.options import check_number
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.algorithm import OffPolicyUpdate
 from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.confirm import ConfirmingEvaluation
+from beyondfit.rl.confirm import ConfirmingEvaluation, count
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import LossFn
@@ -264,10 +264,11 @@ def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapp
     if confirm is not None and confirm.training:
         during = confirm.training.get("val_return", float("nan"))
         how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
-               f"{confirm.episodes} fresh episodes (training-time evaluation {during:.1f} "
-               f"over {eval_episodes})")
+               f"{count(confirm.episodes, 'fresh episode')} (training-time evaluation "
+               f"{during:.1f} over {eval_episodes})")
     else:
-        how = f"greedy val_return {shown}{wanted} over {eval_episodes} episodes (unconfirmed)"
+        how = (f"greedy val_return {shown}{wanted} over {count(eval_episodes, 'episode')} "
+               "(unconfirmed)")
     total = time.perf_counter() - started
     timing = (f"{total:.1f}s wall" if stopwatch is None else
               f"{stopwatch.seconds:.1f}s of training ({total:.1f}s with building the task and "

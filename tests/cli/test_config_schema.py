@@ -60,6 +60,7 @@ CASES = [
     # The debug section is checked like the others (it once was not: 0 trained on no batch).
     ("debug.overfit_batches=0", "debug.overfit_batches=0; it must be a positive whole number"),
     ("debug.profile=0", "debug.profile=0"),
+    ("debug.episodes=0", "debug.episodes=0; it must be a positive whole number"),
     ("device=gpu", "device='gpu'"),
     ("foo=1", "unknown key 'foo'; top-level keys:"),
     ("+foo=1", "unknown key 'foo'; top-level keys:"),

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine
+from beyondfit.cli import debug
 from beyondfit.cli.configs import CONF_DIR, available
 from beyondfit.core.anomaly import detect_anomaly
 from beyondfit.observers.profiler import PHASES, StepProfiler
@@ -73,6 +75,22 @@ def test_debug_fast_runs_a_scaffolded_task_of_ones_own(tmp_path, kind, record_pr
     record_property("wall_s", round(wall, 2))
     record_property("cpu_s", round(cpu, 2))
     check_fast_run(done, tmp_path / "run")
+    if kind == "rl":  # debug.episodes: one greedy episode per evaluation, one to confirm
+        assert "over 1 fresh episode (training-time evaluation" in done.stdout, done.stdout
+        result = json.loads((tmp_path / "run" / "result.json").read_text())
+        assert "1 fresh greedy episode, seed " in result["values_from"], result
+
+
+def test_debug_episodes_caps_an_rl_tasks_counts_and_leaves_other_tasks_alone():
+    rl = OmegaConf.create({"eval_episodes": 20, "confirm_episodes": 0, "hidden": [64]})
+    debug.cap_episodes(rl, 1)
+    assert (rl.eval_episodes, rl.confirm_episodes) == (1, 0)  # 0 (no confirmation) stays 0
+    supervised = OmegaConf.create({"hidden": [64], "epochs": 3})
+    debug.cap_episodes(supervised, 1)
+    assert supervised == {"hidden": [64], "epochs": 3}
+    untouched = OmegaConf.create({"eval_episodes": 20})
+    debug.cap_episodes(untouched, None)
+    assert untouched.eval_episodes == 20
 
 
 @pytest.mark.e2e
