@@ -72,7 +72,9 @@ import beyondfit.cli.app, beyondfit.cli.run
 # What many runs import at their end (the plots, the classification report's baseline, the
 # metric objects, the envs), when installed: once here instead of once per run.
 for name in ("matplotlib.figure", "matplotlib.backends.backend_agg", "sklearn.linear_model",
-             "torchmetrics", "gymnasium"):
+             "torchmetrics", "gymnasium", "gymnasium.envs.mujoco.mujoco_env",
+             "gymnasium.envs.box2d", "beyondfit.tasks.policy_gradient",
+             "beyondfit.tasks.offpolicy", "beyondfit.observers.plots"):
     try:
         __import__(name)
     except ImportError:

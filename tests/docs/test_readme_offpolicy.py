@@ -13,7 +13,8 @@ from kit import cli, readme_block
 HEADING = "## Off-policy: SAC and TD3"
 # The smallest budget that still trains: keys the commands set themselves are replaced.
 TINY = {"task.total_env_steps": "120", "task.replay.learning_starts": "40",
-        "task.eval_episodes": "1", "task.eval_every_env_steps": "1000", "task.hidden": "[16]",
+        "task.eval_episodes": "1", "task.confirm_episodes": "1",
+        "task.eval_every_env_steps": "1000", "task.hidden": "[16]",
         "progress.bar": "false", "plots": "false", "device": "cpu"}
 
 
@@ -52,8 +53,7 @@ def test_readme_offpolicy_commands_run_as_typed(tmp_path: Path) -> None:
         if "mymod" in line:  # it takes every option algo=sac gives: none left out
             assert "WARNING" not in done.stderr, done.stderr[-2000:]
     for env in ("hopper", "halfcheetah"):  # TD3's MuJoCo presets, not in the README's lines
-        args = [f"{k}={v}" for k, v in {"+task": env, "algo": "td3", **TINY,
-                                           "task.confirm_episodes": "1"}.items()]
+        args = [f"{k}={v}" for k, v in {"+task": env, "algo": "td3", **TINY}.items()]
         done = cli(*args, cwd=tmp_path)
         assert done.returncode == 0, (env, done.stderr[-2000:])
     (run_dir,) = [d for d in sorted((tmp_path / "outputs" / "pendulum").iterdir())][-1:]
