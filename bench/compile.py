@@ -8,8 +8,11 @@ runs with and without ``engine.compile=true``, first (cold cache) and second run
     python bench/compile.py --parts e2e
 
 - ``mlp``: the tiny (5-64-64-1) and medium (784-512-512-10) MLPs of ``bench/overhead.py``,
-  Adam and clipping by norm, every contender in lockstep in one process (one optimizer step
-  each in turn, the thread's CPU time per step). The *limits* are the best plain-PyTorch steps
+  Adam and clipping by norm, every contender in lockstep in one process (an epoch's steps
+  each in turn, the thread's CPU time per step: machine noise falls on all alike, and each
+  step runs after the contender's own previous one, as in a training run; ``--block 1``
+  alternates every step instead, which puts every step on caches the others just filled and
+  costs compiled steps 2-3x, eager ones ~2x). The *limits* are the best plain-PyTorch steps
   we could write: forward, ``torch.autograd.grad``, clipping and Adam's update in one
   ``torch.compile(fullgraph=True)`` graph; or the same graph without the update, then torch's
   fused Adam kernel. Compilation happens in each run's first steps; the
@@ -155,8 +158,10 @@ MLP_ROWS: dict[str, tuple[str, Run]] = {
 }
 
 
-def measure_mlp(size: Size, keys: list[str], repeats: int) -> str:
-    """``1 + repeats`` lockstep runs (the first uncounted), the ring rotated each time."""
+def measure_mlp(size: Size, keys: list[str], repeats: int, block: int = 0) -> str:
+    """``1 + repeats`` lockstep runs (the first uncounted), the ring rotated each time; each
+    contender runs ``block`` steps per turn (0: an epoch's)."""
+    block = block or size.steps_per_epoch
     problem = Problem.build(size)
     steps: dict[str, list[float]] = {k: [] for k in keys}
     ratios: dict[str, list[float]] = {k: [] for k in keys}
@@ -166,7 +171,8 @@ def measure_mlp(size: Size, keys: list[str], repeats: int) -> str:
         gc.collect()
         with contextlib.redirect_stdout(sys.stderr):
             got = dict(zip(order, overhead.run_lockstep(
-                problem, [MLP_ROWS[k][1] for k in order], time.thread_time), strict=True))
+                problem, [MLP_ROWS[k][1] for k in order], time.thread_time, block),
+                strict=True))
         finals = got
         if r == 0:
             continue
@@ -176,7 +182,8 @@ def measure_mlp(size: Size, keys: list[str], repeats: int) -> str:
             ratios[k].append(steps[k][-1] / base)
     ref = finals["raw"].params
     lines = [f"**{size.name}**: MLP {'-'.join(map(str, size.layers))}, batch {size.batch}, "
-             f"{size.steps_per_epoch} steps x {size.epochs} epochs per run, {repeats} runs",
+             f"{size.steps_per_epoch} steps x {size.epochs} epochs per run, {repeats} runs, "
+             f"turns of {block} step{'s' if block > 1 else ''}",
              "", "| contender | ms/step | x raw eager loop | weights after the run vs raw |",
              "|---|---:|---:|---|"]
     for k in keys:
@@ -271,6 +278,9 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--repeats", type=int, default=3, help="counted MLP runs per size")
     parser.add_argument("--steps-per-epoch", type=int, default=0, help="override (smoke runs)")
     parser.add_argument("--epochs", type=int, default=0, help="override (smoke runs)")
+    parser.add_argument("--block", type=int, default=0,
+                        help="MLP steps each contender runs per turn (0: an epoch's; 1: the "
+                             "contenders alternate every step, each step on cold caches)")
     parser.add_argument("--no-lightning", action="store_true")
     parser.add_argument("--envs", default="Pendulum-v1,HalfCheetah-v5")
     parser.add_argument("--updates", type=int, default=100, help="SAC updates per round")
@@ -289,7 +299,7 @@ def main(argv: list[str] | None = None) -> str:
             size = Size(size.name, size.layers, size.batch,
                         args.steps_per_epoch or size.steps_per_epoch, args.epochs or size.epochs,
                         size.task, size.repeats)
-            tables.append(measure_mlp(size, keys, args.repeats))
+            tables.append(measure_mlp(size, keys, args.repeats, args.block))
             print(tables[-1] + "\n", flush=True)
     if "sac" in parts:
         for env in args.envs.split(","):

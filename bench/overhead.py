@@ -205,11 +205,13 @@ class Baton:
 class Timer:
     """What a contender calls: ``begin()`` as its loop starts, ``tick()`` after each step.
 
-    Alone (``baton=None``) it only reads the clock; in lockstep it also passes the baton.
+    Alone (``baton=None``) it only reads the clock; in lockstep it also passes the baton,
+    after every ``block`` steps (1: after each).
     """
 
-    def __init__(self, clock: Callable[[], float], baton: Baton | None = None, me: int = 0):
-        self.clock, self.baton, self.me = clock, baton, me
+    def __init__(self, clock: Callable[[], float], baton: Baton | None = None, me: int = 0,
+                 block: int = 1):
+        self.clock, self.baton, self.me, self.block = clock, baton, me, block
         self.costs: list[float] = []  # per optimizer step, seconds
         self._since = 0.0
 
@@ -218,7 +220,7 @@ class Timer:
 
     def tick(self) -> None:
         self.costs.append(self.clock() - self._since)
-        if self.baton is not None:
+        if self.baton is not None and len(self.costs) % self.block == 0:
             self.baton.hand_over(self.me)
         self._since = self.clock()
 
@@ -235,8 +237,9 @@ class Result:
 Run = Callable[["Problem", Timer], Result]
 
 
-def run_lockstep(problem: Problem, runs: list[Run], clock: Callable[[], float]) -> list[Result]:
-    """Run every contender at once, one optimizer step each in turn."""
+def run_lockstep(problem: Problem, runs: list[Run], clock: Callable[[], float],
+                 block: int = 1) -> list[Result]:
+    """Run every contender at once, ``block`` optimizer steps each in turn (1: one step)."""
     baton = Baton(len(runs), clock)
     results: list[Result | None] = [None] * len(runs)
     errors: list[BaseException] = []
@@ -245,7 +248,7 @@ def run_lockstep(problem: Problem, runs: list[Run], clock: Callable[[], float]) 
         baton.wait(i)
         try:
             torch.set_num_threads(1)
-            results[i] = runs[i](problem, Timer(clock, baton, i))
+            results[i] = runs[i](problem, Timer(clock, baton, i, block))
         except BaseException as exc:  # surfaced below, after every thread has finished
             errors.append(exc)
         finally:

@@ -49,14 +49,17 @@ def test_overhead_engine_rows_reproduce_the_raw_loops(overhead, size):
     assert all(c.label in text for c in rows.values()) and "**NO**" not in text
 
 
-def test_overhead_lockstep_interleaves_steps(overhead):
-    """The baton hands over after every step: step k of each contender runs before step k+1."""
+@pytest.mark.parametrize(("block", "expected"), [(1, "ababab"), (2, "aabbaabb"), (4, "aaaabbbb")])
+def test_overhead_lockstep_interleaves_turns_of_block_steps(overhead, block, expected):
+    """The baton hands over after every ``block`` steps (1: step k of each contender runs
+    before step k+1)."""
     order = []
+    steps = len(expected) // 2
 
     def contender(name):
         def run(problem, timer):
             timer.begin()
-            for _ in range(3):
+            for _ in range(steps):
                 order.append(name)
                 timer.tick()
             return overhead.Result(timer.costs, {})
@@ -65,9 +68,9 @@ def test_overhead_lockstep_interleaves_steps(overhead):
 
     problem = overhead.Problem.build(overhead.Size("t", (2, 1), 2, 1, 1, "regression", 1))
     runs = [contender("a"), contender("b")]
-    results = overhead.run_lockstep(problem, runs, time.thread_time)
-    assert order == ["a", "b"] * 3
-    assert [len(r.costs) for r in results] == [3, 3]
+    results = overhead.run_lockstep(problem, runs, time.thread_time, block)
+    assert "".join(order) == expected
+    assert [len(r.costs) for r in results] == [steps, steps]
 
 
 def test_overhead_lightning_rows_reproduce_the_raw_loop(overhead):
