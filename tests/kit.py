@@ -554,9 +554,9 @@ def killed_and_resumed(overrides: list[str], steps: int, tmp_path: Path, kill_fr
     stop_at(proc, log, run_dir, kill_from + rng.randrange(60), signal.SIGKILL, rng, False)
     proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL
-    proc, _ = launch([*overrides, *QUIET, f"resume={run_dir}"], tmp_path, delay=0.0)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
+    resumed = cli(*overrides, *QUIET, f"resume={run_dir}", cwd=tmp_path)
+    stderr = resumed.stderr
+    assert resumed.returncode == 0, stderr
     assert "bitwise" not in stderr, stderr  # no warning that the envs could not be rebuilt
     final = f"step-{steps:08d}.pt"
     got = safe_load(run_dir / "checkpoints" / final)

@@ -86,9 +86,8 @@ def interrupted_runs(task: str, tmp_path: Path, signals: list[int]) -> Path:
         resume_args = [*overrides, *QUIET, f"resume={run_dir}"]
         if signum != signal.SIGKILL:
             resume_args = shlex.split(command)[3:]  # exactly what the message said to run
-    proc, _ = launch(resume_args or args, tmp_path, delay=0.0)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
+    done = cli(*(resume_args or args), cwd=tmp_path)  # not slowed, not signalled
+    assert done.returncode == 0, done.stderr
     return run_dir
 
 
@@ -170,17 +169,16 @@ def test_kill9_mid_epoch_resumes_a_torchmetrics_objects_rows_byte_for_byte(
     args = ["--config-dir", str(tmp_path / "conf"), "+task=metered", "train.epochs=2",
             "checkpoint.every=3", "checkpoint.monitor=null", *QUIET]  # 32 steps an epoch
     ref_dir, run_dir = tmp_path / "reference", tmp_path / "run"
-    proc, _ = launch([*args, f"hydra.run.dir={ref_dir}"], tmp_path, delay=0.0)
-    assert proc.communicate(timeout=600)[0] is None and proc.returncode == 0, proc.stderr.read()
+    done = cli(*args, f"hydra.run.dir={ref_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     rng = random.Random(f"{SEED}-metered")
     point = rng.randrange(7, 27)  # inside the first epoch, after a checkpoint
     proc, log = launch([*args, f"hydra.run.dir={run_dir}"], tmp_path)
     stop_at(proc, log, run_dir, point, signal.SIGKILL, rng, resumed=False)
     proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL
-    proc, _ = launch([*args, f"resume={run_dir}"], tmp_path, delay=0.0)
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
+    done = cli(*args, f"resume={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     got = (run_dir / "metrics.jsonl").read_bytes()
     expected = (ref_dir / "metrics.jsonl").read_bytes()
     assert b'"mae"' in expected and b'"val_mae"' in expected
