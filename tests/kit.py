@@ -140,6 +140,11 @@ def serve():
     sys.exit(0)
 
 
+# What the server imported is never freed: the children's garbage collector need not walk it
+# (each full collection would, touching, and so copying, every page the fork shares).
+import gc
+gc.collect()
+gc.freeze()
 request, out_w, err_w = serve()
 # The child: `python -m beyondfit ARGS` in the request's directory, environment and pipes.
 null = os.open(os.devnull, os.O_RDONLY)
