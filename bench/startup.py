@@ -111,6 +111,11 @@ engine.fit(TensorBatches(x, y, batch_size=32), max_steps=1, verbose=False)
 import sys
 import time
 
+# What `python -m beyondfit` does first (beyondfit/__main__.py): the garbage collector paused
+# until the run is built (beyondfit/cli/startup_gc.py), torch's import included.
+from beyondfit.cli import startup_gc
+
+startup_gc.pause()
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 _seen = []

@@ -15,6 +15,9 @@ def main() -> None:
     """The ``beyondfit`` console script and ``python -m beyondfit``."""
     for signum in (signal.SIGINT, signal.SIGTERM):  # nothing has started yet
         signal.signal(signum, _interrupted_while_starting)
+    from beyondfit.cli import startup_gc
+
+    startup_gc.pause()  # until the run is built (run.py): the imports create no garbage
     from beyondfit.cli.app import main as cli_main
 
     cli_main()  # which puts Python's KeyboardInterrupt back, inside its own try

@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from beyondfit import MetricsFile, resume
 from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
-from beyondfit.cli import debug
+from beyondfit.cli import debug, startup_gc
 from beyondfit.cli.bounds import check_sizes
 from beyondfit.cli.builders import (
     absolute_paths,
@@ -129,6 +129,7 @@ def _train(
     run = build_run(cfg, run_dir, strategy)
     if cfg.get("resume"):
         resume_run(run, cfg, run_dir, strategy)
+    startup_gc.resume()  # built: the collector back on, what start-up made frozen
     try:
         history = fit_run(run, cfg, first_part)
         record = report_run(run, cfg, run_dir) if strategy.is_main and not first_part else None

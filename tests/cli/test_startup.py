@@ -134,3 +134,70 @@ def test_the_plot_command_draws_without_importing_torch(tmp_path: Path) -> None:
     names = {line.rsplit("|", 1)[1].strip() for line in drawn.stderr.splitlines()
              if line.startswith("import time:") and line.count("|") == 2}
     assert "matplotlib" in names and torch_modules(names) == []
+
+
+GC_PROBE_TASK = '''
+import gc
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from beyondfit import Task, TensorBatches
+
+
+def build(seed: int = 0):
+    Path("collector.txt").write_text(f"build {gc.isenabled()}\\n")
+    torch.manual_seed(seed)
+    x = torch.randn(64, 3)
+    y = x.sum(1, keepdim=True)
+
+    def loss_fn(model, batch):
+        with Path("collector.txt").open("a") as out:
+            out.write(f"train {gc.isenabled()} frozen {gc.get_freeze_count() > 0}\\n")
+        features, target = batch
+        return nn.functional.mse_loss(model(features), target)
+
+    return Task(model=nn.Linear(3, 1), loss_fn=loss_fn,
+                train_data=TensorBatches(x, y, batch_size=32))
+'''
+
+
+@pytest.mark.e2e
+def test_the_collector_is_paused_while_a_users_task_builds_and_on_while_it_trains(tmp_path):
+    """beyondfit/cli/startup_gc.py, through a task written outside the package, in a fresh
+    interpreter as a user starts it: the imports and the build ran with the collector off,
+    the training with it on and the start-up's heap frozen."""
+    (tmp_path / "gcprobe.py").write_text(GC_PROBE_TASK)
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "gcprobe.yaml").write_text("_target_: gcprobe.build\n")
+    done = cli("--config-dir", "conf", "+task=gcprobe", "train.max_steps=2", "plots=false",
+               "hydra.run.dir=run", cwd=tmp_path, fresh=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = (tmp_path / "collector.txt").read_text().splitlines()
+    assert lines[0] == "build False", lines
+    assert lines[1:] and set(lines[1:]) == {"train True frozen True"}, lines
+
+
+def test_startup_gc_resumes_only_what_it_paused(monkeypatch):
+    import gc
+
+    from beyondfit.cli import startup_gc
+
+    monkeypatch.setattr(startup_gc, "_paused", False)
+    frozen = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(True))
+    was_on = gc.isenabled()
+    try:
+        gc.disable()  # switched off by someone else: resume leaves it off, freezes nothing
+        startup_gc.resume()
+        assert not gc.isenabled() and not frozen
+        gc.enable()
+        startup_gc.pause()
+        assert not gc.isenabled()
+        startup_gc.resume()
+        assert gc.isenabled() and frozen == [True]
+        startup_gc.resume()  # once per process
+        assert frozen == [True]
+    finally:
+        gc.enable() if was_on else gc.disable()
