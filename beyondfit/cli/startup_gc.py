@@ -4,8 +4,9 @@ Importing torch, Hydra, Gymnasium and a task creates about a million long-lived 
 almost no garbage, yet the cyclic collector walks everything created so far again and again
 while they are being created (1.3-2.4 s of a 5 s ``+task=cartpole`` run on a CPU). The command
 line pauses the collector before its imports (:func:`pause`) and, once the run is built,
-freezes what exists (``gc.freeze``: never walked again, still freed by reference counting)
-and switches the collector back on (:func:`resume`), so training runs with it as usual.
+collects once, freezes what is left (``gc.freeze``: never walked again, still freed by
+reference counting) and switches the collector back on (:func:`resume`), so training runs
+with it as usual.
 
 Only the command line does this, once per process: in a sweep the later jobs start with the
 collector on. The Python API (``Engine.fit``) leaves the collector alone.
@@ -27,10 +28,13 @@ def pause() -> None:
 
 
 def resume() -> None:
-    """After :func:`pause`, once the run is built: freeze the heap built so far, switch the
-    collector back on. Does nothing if :func:`pause` did not switch it off."""
+    """After :func:`pause`, once the run is built: collect once (a task's build may leave
+    cyclic garbage, a parsed file's, which frozen would stay for the whole run), freeze what
+    is left, switch the collector back on. Does nothing if :func:`pause` did not switch it
+    off."""
     global _paused
     if _paused:
         _paused = False
+        gc.collect()
         gc.freeze()
         gc.enable()
