@@ -105,8 +105,10 @@ def build(
         if model.training:
             return mse
         # Evaluation sees the whole split as one batch, so this is the exact R² (averaged
-        # over outputs when there are several).
-        r2 = 1.0 - ((prediction - target) ** 2).mean(0) / val_variance
+        # over outputs when there are several). The variance is the task's tensor: it goes
+        # where the engine put the model and the batch (CUDA), as the closure cannot know.
+        variance = val_variance.to(prediction.device)
+        r2 = 1.0 - ((prediction - target) ** 2).mean(0) / variance
         return {"loss": mse, "r2": r2.mean()}
 
     def summary(engine: Engine) -> str:

@@ -192,3 +192,15 @@ def test_multirun_without_sweep_dir_writes_one_dir_per_job(tmp_path: Path) -> No
     sweep = tmp_path / "multirun" / "regression"
     jobs = sorted(p.parent.name for p in sweep.glob("*/*/metrics.jsonl"))
     assert jobs == ["0", "1"]
+
+
+@pytest.mark.parametrize("hidden", [[], [16]])
+def test_the_r2_closure_follows_the_model_and_batch_to_their_device(hidden):
+    """The closure's validation variance is the task's own tensor: on the engine's device it
+    must follow the batch. bench/gpu_check.sh found every CUDA regression run failing on it
+    (an H200, 2026-12-04); the meta device stands in for CUDA here."""
+    task = regression.build(seed=0, hidden=hidden)
+    ((x, y),) = task.val_data
+    model = task.model.to("meta").eval()
+    out = task.loss_fn(model, (x.to("meta"), y.to("meta")))
+    assert out["r2"].device.type == "meta" and out["loss"].device.type == "meta"
