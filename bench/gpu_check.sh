@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One short GPU check (under 5 minutes on one GPU): the tests that need CUDA, then regression and
+# One short GPU check (6 minutes on an H200): the tests that need CUDA, then regression and
 # CartPole with device=cuda in fp32, bf16 and fp16 (and DDP over NCCL), each timed against the
 # same run on the CPU, then the compiled step on CUDA (engine.compile=true and max: CUDA graphs)
 # for regression and Pendulum SAC. Prints a table; the run directories and logs stay in $OUT
