@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from beyondfit.core.logs import count
 from beyondfit.core.options import check_option
 
 log = logging.getLogger("beyondfit.core.engine")
@@ -52,11 +53,11 @@ class CompileReport:
 
     def line(self) -> str:
         """``compiled: N graphs, M recompiles, K parts left eager (...)``."""
-        parts = f"{len(self.eager)} part{'s' * (len(self.eager) != 1)} left eager"
+        parts = f"{count(len(self.eager), 'part')} left eager"
         if self.eager:
             parts += " (" + "; ".join(f"{k}: {v}" for k, v in self.eager.items()) + ")"
-        return (f"compiled: {self.graphs} graph{'s' * (self.graphs != 1)}, {self.recompiles} "
-                f"recompile{'s' * (self.recompiles != 1)}, {parts}")
+        return (f"compiled: {count(self.graphs, 'graph')}, "
+                f"{count(self.recompiles, 'recompile')}, {parts}")
 
 
 class CountedCompile:

@@ -69,3 +69,8 @@ def visible_logs() -> Any:
         logger.removeHandler(handler)
         logger.removeHandler(warnings)
         logger.setLevel(level)
+
+
+def count(n: int, noun: str) -> str:
+    """``n`` and ``noun`` for a message, plural unless ``n`` is 1: "1 graph", "2 graphs"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback, StopRule
+from beyondfit.core.logs import count
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -147,8 +148,3 @@ class ConfirmingEvaluation(Callback):
         self.attempts = int(state.get("attempts", 0))
         result = state.get("result")
         self.result = None if result is None else {str(k): float(v) for k, v in result.items()}
-
-
-def count(n: int, noun: str) -> str:
-    """``n`` and ``noun``, plural unless ``n`` is 1: "1 fresh episode", "100 fresh episodes"."""
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"

@@ -25,11 +25,12 @@ import numpy as np
 from beyondfit import Task
 from beyondfit.core.callbacks import Callback, Stopwatch
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.logs import count
 from beyondfit.core.options import check_number
 from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.algorithm import OffPolicyUpdate
 from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.confirm import ConfirmingEvaluation, count
+from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
 from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.losses import LossFn
