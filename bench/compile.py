@@ -18,9 +18,10 @@ runs with and without ``engine.compile=true``, first (cold cache) and second run
   fused Adam kernel. Compilation happens in each run's first steps; the
   median step excludes it.
 - ``sac``: one SAC update (critic, actor, temperature, targets) from a filled buffer, 256x256
-  nets, batch 256, interleaved rounds (``bench/offpolicy_update.py``'s protocol): the engine
-  of ``algo=sac`` eager and compiled, CleanRL's update by hand (``bench/cleanrl_sac.py``), the
-  same compiled the LeanRL way, and SB3's ``train``.
+  nets, batch 256, interleaved rounds in a rotating order, each ratio the median of the
+  per-round ratios (a round's contenders run seconds apart, on the same machine speed): the
+  engine of ``algo=sac`` eager and compiled, CleanRL's update by hand
+  (``bench/cleanrl_sac.py``), the same compiled the LeanRL way, and SB3's ``train``.
 - ``e2e``: wall time of ``python -m beyondfit +task=...`` with and without
   ``engine.compile=true``; the compiled run twice, first with an empty inductor cache, then
   with the cache the first one filled (``TORCHINDUCTOR_CACHE_DIR``).
@@ -197,7 +198,10 @@ def measure_mlp(size: Size, keys: list[str], repeats: int, block: int = 0) -> st
 
 # ---------------------------------------------------------------------- SAC update
 def measure_sac(env: str, updates: int, rounds: int, sb3: bool) -> str:
-    """Interleaved rounds of every contender's updates; CPU ms per update, median round."""
+    """Interleaved rounds of every contender's updates (the order rotating each round); CPU ms
+    per update (median round) and each ratio as the median of its per-round ratios: two
+    contenders a round apart in time share the machine's speed at that moment, which on a
+    shared host drifts by 20% from minute to minute."""
     import offpolicy_update as ou
     from cleanrl_sac import LeanRLSAC
 
@@ -213,22 +217,25 @@ def measure_sac(env: str, updates: int, rounds: int, sb3: bool) -> str:
         contenders["SB3 SAC (`model.train`)"] = ou.sb3("sac", env)
     for run in contenders.values():
         run(20)  # warm-up, compilation included
-    costs: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, run in contenders.items():
+    names = list(contenders)
+    costs: dict[str, list[float]] = {name: [] for name in names}
+    for turn in range(rounds):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
             start = time.thread_time()
-            run(updates)
+            contenders[name](updates)
             costs[name].append((time.thread_time() - start) / updates * 1e3)
-    eager = statistics.median(costs["beyondfit `algo=sac`, eager"])
-    cleanrl = statistics.median(costs["CleanRL SAC by hand, eager"])
+
+    def ratio(name: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(costs[name], costs[base], strict=True))
+
+    eager, cleanrl = names[0], names[2]
     lines = [f"**{env}**: SAC update, 256x256 nets, batch 256, {updates} updates x {rounds} "
              "interleaved rounds", "",
              "| contender | ms/update | x beyondfit eager | x CleanRL eager |",
              "|---|---:|---:|---:|"]
-    for name, values in costs.items():
-        median = statistics.median(values)
-        lines.append(f"| {name} | {median:.2f} | {median / eager:.2f} | "
-                     f"{median / cleanrl:.2f} |")
+    for name in names:
+        lines.append(f"| {name} | {statistics.median(costs[name]):.2f} | "
+                     f"{ratio(name, eager):.2f} | {ratio(name, cleanrl):.2f} |")
     return "\n".join(lines)
 
 
@@ -283,8 +290,8 @@ def main(argv: list[str] | None = None) -> str:
                              "contenders alternate every step, each step on cold caches)")
     parser.add_argument("--no-lightning", action="store_true")
     parser.add_argument("--envs", default="Pendulum-v1,HalfCheetah-v5")
-    parser.add_argument("--updates", type=int, default=100, help="SAC updates per round")
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--updates", type=int, default=50, help="SAC updates per round")
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--no-sb3", action="store_true")
     parser.add_argument("--e2e", default=",".join(E2E), help="comma list of E2E's labels")
     args = parser.parse_args(argv)
@@ -309,7 +316,8 @@ def main(argv: list[str] | None = None) -> str:
         tables.append(measure_e2e(args.e2e.split(",")))
         print(tables[-1] + "\n", flush=True)
     print(f"torch {torch.__version__}, one CPU thread on every side; thread CPU time per step "
-          "(mlp: medians over runs of each run's median step, in lockstep; sac: median round).")
+          "(mlp: medians over runs of each run's median step, in lockstep; sac: median round, "
+          "ratios the median of per-round ratios).")
     return "\n\n".join(tables)
 
 

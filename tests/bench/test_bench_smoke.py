@@ -231,10 +231,14 @@ def test_compile_bench_mlp_rows_run_and_stay_close_to_the_raw_loop(compile_bench
 
 
 def test_compile_bench_sac_rows_run(compile_bench):
-    text = compile_bench.measure_sac("Pendulum-v1", updates=2, rounds=1, sb3=False)
+    text = compile_bench.measure_sac("Pendulum-v1", updates=2, rounds=2, sb3=False)
     for label in ("beyondfit `algo=sac`, eager", "beyondfit `algo=sac`, `engine.compile=true`",
                   "CleanRL SAC by hand, eager", "CleanRL SAC compiled the LeanRL way"):
         assert f"| {label} |" in text
+    # Each ratio is the median of per-round ratios: a contender against itself is exactly 1.
+    eager = next(line for line in text.splitlines() if "`algo=sac`, eager |" in line)
+    cleanrl = next(line for line in text.splitlines() if "CleanRL SAC by hand, eager |" in line)
+    assert eager.split("|")[3].strip() == "1.00" and cleanrl.split("|")[4].strip() == "1.00"
 
 
 @pytest.mark.slow  # three command-line runs, one compiling with an empty inductor cache
