@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One short GPU check (6 minutes on an H200): the tests that need CUDA, then regression and
 # CartPole with device=cuda in fp32, bf16 and fp16 (and DDP over NCCL), each timed against the
-# same run on the CPU, then the compiled step on CUDA (engine.compile=true and max: CUDA graphs)
-# for regression and Pendulum SAC. Prints a table; the run directories and logs stay in $OUT
+# same run on the CPU, then the compiled step on CUDA (engine.compile=true, and max: CUDA graphs
+# for evaluation) for regression and Pendulum SAC. Prints a table; the run directories and logs stay in $OUT
 # (or a temp dir).
 #
 #   bash bench/gpu_check.sh                    # on a machine with CUDA
@@ -81,7 +81,7 @@ for p in 32 bf16 16; do run "reg-$DEVICE-$p" regression "$DEVICE" "$p" "${REG[@]
 run cart-cpu-32 cartpole cpu 32 "${CART[@]}"
 for p in 32 bf16 16; do run "cart-$DEVICE-$p" cartpole "$DEVICE" "$p" "${CART[@]}"; done
 
-echo "== the compiled step (engine.compile=true, and max: CUDA graphs on CUDA)"
+echo "== the compiled step (engine.compile=true, and max: CUDA graphs for evaluation)"
 for mode in true max; do
     run "reg-$DEVICE-c$mode" regression "$DEVICE" 32 "${REG[@]}" "engine.compile=$mode"
     run "sac-$DEVICE-c$mode" pendulum "$DEVICE" 32 algo=sac task.total_env_steps=3000 \

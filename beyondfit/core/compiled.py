@@ -71,8 +71,12 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
     if mode == "max" and device.type != "cuda":
         log.warning("compile='max': CUDA graphs need a CUDA device; compiling without them "
                     "on %s", device.type)
-    return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report, mode,
-                                   device) for u in updates]
+    cuda_graphs = mode == "max" and device.type == "cuda"
+    if cuda_graphs:
+        log.warning("compile='max': CUDA graphs for evaluation only; the training steps compile "
+                    "as with compile=True (they write weights in place, which CUDA graphs refuse)")
+    return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report,
+                                   cuda_graphs, device) for u in updates]
 
 
 class _NotWhole(Exception):
@@ -97,18 +101,23 @@ class CompiledUpdate:
         check: is the non-finite check on (``on_nonfinite`` other than ``"ignore"``)?
         whole: may the update run as one graph (one micro-batch per step, one process)?
         report: where compilations and eager parts are counted.
-        mode: ``"default"`` or ``"max"``.
+        cuda_graphs: capture the evaluation closure's graphs in CUDA graphs
+            (``compile="max"`` on a GPU). Never the training graphs: they write the
+            parameters, gradients and optimizer state in place, which inductor's CUDA graphs
+            refuse ("mutated inputs"); on torch 2.11 an H200 then crashed in SAC's step (the
+            first GPU check, 2026-12-04), while the same graphs without them ran.
         device: the engine's device.
     """
 
     def __init__(self, update: Update, model: nn.Module, precision: Precision, check: bool,
-                 whole: bool, report: CompileReport, mode: str, device: torch.device) -> None:
+                 whole: bool, report: CompileReport, cuda_graphs: bool,
+                 device: torch.device) -> None:
         self.update = update
         self.model = model
         self.precision = precision
         self.check = check
         self.report = report
-        self.mode = mode
+        self.cuda_graphs = cuda_graphs
         self.device = device
         self.label = f"optimizer {update.name!r}" if update.name else "the optimizer"
         self.ready = False  # after this optimizer's first (eager) step
@@ -156,8 +165,8 @@ class CompiledUpdate:
             step_counts_on_device(self.update.optimizer)
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
-        graph = lambda fn, **kw: CountedCompile(fn, self.report, self.mode,  # noqa: E731
-                                                self.device, **kw)
+        graph = lambda fn, **kw: CountedCompile(fn, self.report,  # noqa: E731
+                                                cuda_graphs=False, **kw)
         if self.whole:
             self._whole = graph(self._whole_step, fullgraph=True, autograd=True)
         if self.steps_compiled:
@@ -243,8 +252,8 @@ class CompiledUpdate:
     def eval_closure(self, model: Any, batch: Any) -> Any:
         """The closure in evaluation, compiled (graph breaks allowed) on its own cache."""
         if self._eval is None:
-            self._eval = CountedCompile(self._call_closure, self.report, self.mode, self.device,
-                                   fullgraph=False)
+            self._eval = CountedCompile(self._call_closure, self.report,
+                                        cuda_graphs=self.cuda_graphs, fullgraph=False)
         if self._eval is False:
             return self.update.loss_fn(model, batch)
         try:

@@ -66,8 +66,10 @@ class Engine(Checkpointable):
         precision: ``"32"``, ``"bf16"`` (autocast) or ``"16"`` (fp16 autocast + GradScaler).
         compile: ``True`` compiles each optimizer's whole step and the evaluation closures
             (:mod:`beyondfit.core.compiled`: close to the eager numbers, not bitwise);
-            ``"max"`` adds CUDA graphs on a GPU. What cannot be compiled runs eagerly, said
-            once; the graphs built are counted in one line at the end of ``fit``.
+            ``"max"`` adds CUDA graphs on a GPU, to the evaluation closures (a training
+            step writes weights in place, which CUDA graphs refuse). What cannot be compiled
+            runs eagerly, said once; the graphs built are counted in one line at the end of
+            ``fit``.
         callbacks: :class:`~beyondfit.core.callbacks.Callback` instances.
         on_nonfinite: ``"raise"`` stops at a NaN/inf loss, or NaN/inf gradients from a finite
             loss, naming the step and term; ``"skip"`` drops that micro-batch (or that step's

@@ -70,8 +70,8 @@ class CountedCompile:
 
     _serial = 0
 
-    def __init__(self, fn: Callable[..., Any], report: CompileReport, mode: str,
-                 device: torch.device, fullgraph: bool, autograd: bool = False) -> None:
+    def __init__(self, fn: Callable[..., Any], report: CompileReport, cuda_graphs: bool,
+                 fullgraph: bool, autograd: bool = False) -> None:
         CountedCompile._serial += 1
         func = getattr(fn, "__func__", fn)  # a bound method: its function, bound again below
         code = func.__code__.replace(co_name=f"{func.__name__}_{CountedCompile._serial}")
@@ -81,9 +81,7 @@ class CountedCompile:
             own = types.MethodType(own, fn.__self__)
         self.report = report
         self.called = False
-        self.fn = torch.compile(own, backend=self._backend(mode == "max" and
-                                                           device.type == "cuda"),
-                                fullgraph=fullgraph)
+        self.fn = torch.compile(own, backend=self._backend(cuda_graphs), fullgraph=fullgraph)
         config = torch._dynamo.config
         if autograd and hasattr(config, "trace_autograd_ops"):
             # torch.autograd.grad inside the graph (a torch without the switch breaks the

@@ -395,14 +395,57 @@ def test_compile_max_without_cuda_says_so_and_compiles(traced, caplog) -> None:
     assert engine.compile_report.graphs == 2  # the whole update, the evaluation closure
 
 
-def test_max_asks_inductor_for_cuda_graphs_on_cuda_only(monkeypatch) -> None:
+def test_cuda_graphs_are_asked_for_evaluation_graphs_only(monkeypatch) -> None:
+    """``compile="max"`` on a GPU: inductor's CUDA graphs for the evaluation closure, never
+    for a training graph (it writes weights in place: CUDA graphs refuse it, and torch 2.11
+    crashed after refusing). The choice is made on the host; here on a CPU, with the flag a
+    CUDA device would set."""
+    from beyondfit.core import compiled
+
+    patches: list[object] = []
+    monkeypatch.setattr(graphs, "inductor",
+                        lambda gm, example_inputs, asked: patches.append(asked) or gm.forward)
+    real = compiled.compile_steps
+
+    def as_on_cuda(*args):
+        report, programs = real(*args)
+        for program in programs:
+            program.cuda_graphs = True
+        return report, programs
+
+    monkeypatch.setattr("beyondfit.core.engine.compile_steps", as_on_cuda)
+    _, engine = _train("max", epochs=1)
+    # The whole update, its recompile for the short last batch, then the evaluation closure.
+    assert engine.compile_report.graphs == 2 and len(patches) == 3
+    assert patches == [None, None, {"triton.cudagraphs": True}]
+
+
+def test_max_on_cuda_says_cuda_graphs_are_for_evaluation_only(monkeypatch, caplog) -> None:
+    from types import SimpleNamespace
+
+    from beyondfit.core import compiled
+
+    made = []
+    monkeypatch.setattr(compiled, "CompiledUpdate", lambda *args: made.append(args))
+    strategy = SimpleNamespace(is_distributed=False)
+    for device in ("cuda", "cpu"):
+        with caplog.at_level(logging.WARNING, logger="beyondfit"):
+            compiled.compile_steps("max", ["update"], _model(), None, True, 1, strategy,
+                                   torch.device(device))
+    assert [args[6] for args in made] == [True, False]  # cuda_graphs
+    said = [r.getMessage() for r in caplog.records]
+    assert any("CUDA graphs for evaluation only" in m for m in said)
+    assert any("CUDA graphs need a CUDA device" in m for m in said)
+
+
+def test_cuda_graphs_go_to_inductor_as_a_config_patch(monkeypatch) -> None:
     asked = []
     monkeypatch.setattr(graphs, "inductor",
                         lambda gm, example_inputs, patches: asked.append(patches) or gm.forward)
     report = graphs.CompileReport()
-    for device, expected in (("cpu", None), ("cuda", {"triton.cudagraphs": True})):
-        fn = graphs.CountedCompile(lambda x: x * 2, report, "max", torch.device(device),
-                                fullgraph=True)
+    for cuda_graphs, expected in ((False, None), (True, {"triton.cudagraphs": True})):
+        fn = graphs.CountedCompile(lambda x: x * 2, report, cuda_graphs=cuda_graphs,
+                                   fullgraph=True)
         assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
         assert asked[-1] == expected
 
