@@ -8,7 +8,6 @@ the command line (one run directory, rank 0 writes, checkpoints resume in one pr
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from datetime import timedelta
@@ -36,7 +35,7 @@ from beyondfit.distributed import (
 )
 from beyondfit.distributed.connector import resolve_strategy
 
-from kit import Recorder, mse, rows, torchrun
+from kit import Recorder, leave_rank, mse, rows, torchrun
 
 WORLD = 2
 
@@ -475,12 +474,7 @@ def _worker(rank: int, world: int, store: str) -> None:
         dist.barrier()  # both ranks done before the group goes
     finally:
         dist.destroy_process_group()
-    # A spawned process's C++ teardown (gloo's threads) aborted now and then on a busy machine
-    # ("terminate called without an active exception", SIGABRT) after every check had passed:
-    # leave without it.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    leave_rank()
 
 
 @pytest.mark.e2e

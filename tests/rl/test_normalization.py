@@ -32,6 +32,8 @@ from beyondfit.rl.normalization import (
 from beyondfit.rl.play import load_policy, play
 from beyondfit.tasks.policy_gradient import build
 
+from kit import leave_rank
+
 
 class OffsetEnv(gym.Env):
     """A user's env with badly scaled observations: around 100, spread 5, and rewards of 50."""
@@ -262,8 +264,10 @@ def _rank_worker(rank: int, world: int, store: str) -> None:
         monitor = TargetKL(0.02)
         monitor.record(torch.tensor([0.01, 0.035][rank]))
         assert monitor() is True and monitor.last == pytest.approx(0.0225)
+        dist.barrier()  # both ranks done before the group goes
     finally:
         dist.destroy_process_group()
+    leave_rank()
 
 
 @pytest.mark.e2e
