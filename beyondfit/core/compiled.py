@@ -68,13 +68,12 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
     if strategy.is_distributed:  # the all-reduce lives in autograd hooks, outside graphs
         report.left_eager("the step", "under DDP only the model's forward is compiled")
         return report, programs
-    if mode == "max" and device.type != "cuda":
-        log.warning("compile='max': CUDA graphs need a CUDA device; compiling without them "
-                    "on %s", device.type)
     cuda_graphs = mode == "max" and device.type == "cuda"
-    if cuda_graphs:
-        log.warning("compile='max': CUDA graphs for evaluation only; the training steps compile "
-                    "as with compile=True (they write weights in place, which CUDA graphs refuse)")
+    if mode == "max":
+        log.warning("compile='max': %s", "CUDA graphs for evaluation only; the training steps "
+                    "compile as with compile=True (they write weights in place, which CUDA "
+                    "graphs refuse)" if cuda_graphs else "CUDA graphs need a CUDA device; "
+                    f"compiling without them on {device.type}")
     return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report,
                                    cuda_graphs, device) for u in updates]
 
@@ -101,17 +100,14 @@ class CompiledUpdate:
         check: is the non-finite check on (``on_nonfinite`` other than ``"ignore"``)?
         whole: may the update run as one graph (one micro-batch per step, one process)?
         report: where compilations and eager parts are counted.
-        cuda_graphs: capture the evaluation closure's graphs in CUDA graphs
-            (``compile="max"`` on a GPU). Never the training graphs: they write the
-            parameters, gradients and optimizer state in place, which inductor's CUDA graphs
-            refuse ("mutated inputs"); on torch 2.11 an H200 then crashed in SAC's step (the
-            first GPU check, 2026-12-04), while the same graphs without them ran.
+        cuda_graphs: the evaluation closure in CUDA graphs (``compile="max"`` on a GPU), never
+            a training graph (it writes weights in place: CUDA graphs refuse, torch 2.11 crashed).
         device: the engine's device.
     """
 
     def __init__(self, update: Update, model: nn.Module, precision: Precision, check: bool,
-                 whole: bool, report: CompileReport, cuda_graphs: bool,
-                 device: torch.device) -> None:
+                 whole: bool, report: CompileReport, cuda_graphs: bool, device: torch.device
+                 ) -> None:  # fmt: skip
         self.update = update
         self.model = model
         self.precision = precision
