@@ -584,4 +584,3 @@ def leave_rank() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
-

@@ -70,10 +70,10 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
         return report, programs
     cuda_graphs = mode == "max" and device.type == "cuda"
     if mode == "max":
-        log.warning("compile='max': %s", "CUDA graphs for evaluation only; the training steps "
-                    "compile as with compile=True (they write weights in place, which CUDA "
-                    "graphs refuse)" if cuda_graphs else "CUDA graphs need a CUDA device; "
-                    f"compiling without them on {device.type}")
+        said = ("CUDA graphs for evaluation only; the training steps compile as with compile=True "
+                "(they write weights in place, which CUDA graphs refuse)" if cuda_graphs else
+                f"CUDA graphs need a CUDA device; compiling without them on {device.type}")
+        log.warning("compile='max': %s", said)
     return report, [CompiledUpdate(u, model, precision, check, accumulate == 1, report,
                                    cuda_graphs, device) for u in updates]
 
