@@ -417,7 +417,8 @@ def test_cuda_graphs_are_asked_for_evaluation_graphs_only(monkeypatch) -> None:
     _, engine = _train("max", epochs=1)
     # The whole update, its recompile for the short last batch, then the evaluation closure.
     assert engine.compile_report.graphs == 2 and len(patches) == 3
-    assert patches == [None, None, {"triton.cudagraphs": True}]
+    cpu = {"fallback_random": True}
+    assert patches == [cpu, cpu, {"triton.cudagraphs": True, **cpu}]
 
 
 def test_max_on_cuda_says_cuda_graphs_are_for_evaluation_only(monkeypatch, caplog) -> None:
@@ -443,14 +444,42 @@ def test_cuda_graphs_go_to_inductor_as_a_config_patch(monkeypatch) -> None:
     monkeypatch.setattr(graphs, "inductor",
                         lambda gm, example_inputs, patches: asked.append(patches) or gm.forward)
     report = graphs.CompileReport()
-    for cuda_graphs, expected in ((False, None), (True, {"triton.cudagraphs": True})):
+    cpu = {"fallback_random": True}
+    for cuda_graphs, expected in ((False, cpu), (True, {"triton.cudagraphs": True, **cpu})):
         fn = graphs.CountedCompile(lambda x: x * 2, report, cuda_graphs=cuda_graphs,
                                    fullgraph=True)
         assert torch.equal(fn(torch.ones(2)), torch.full((2,), 2.0))
         assert asked[-1] == expected
 
 
+def test_random_numbers_come_from_inductor_on_cuda_only() -> None:
+    """On a CPU, inductor's generated code draws each random value with a Philox generator
+    built per element (SAC's action noise: ~270 us a step against ~10 us): graphs whose inputs
+    are on the CPU leave random numbers to torch's kernels, graphs on a GPU keep inductor's."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():  # a CUDA tensor's stand-in, on a machine without one
+        on_cuda = torch.empty(2, device="cuda")
+    assert graphs.patches([on_cuda, 3], cuda_graphs=False) == {}
+    assert graphs.patches([torch.ones(2), 3], cuda_graphs=False) == {"fallback_random": True}
+
+
 # ---------------------------------------------------------------------- inductor, for real
+@pytest.mark.e2e  # inductor asks the C++ compiler its version: a process (one tiny graph, ~3 s)
+def test_a_compiled_graph_on_a_cpu_draws_the_eager_random_numbers() -> None:
+    """Torch's own kernel draws a compiled closure's random numbers on a CPU, from the same
+    generator in the same order: a compiled run samples what the eager run samples."""
+    def noisy(x: torch.Tensor) -> torch.Tensor:
+        return x + torch.randn(x.shape)
+
+    fn = graphs.CountedCompile(noisy, graphs.CompileReport(), cuda_graphs=False,
+                               fullgraph=True)
+    torch.manual_seed(3)
+    compiled = [fn(torch.zeros(6)) for _ in range(2)]
+    torch.manual_seed(3)
+    assert all(torch.equal(c, noisy(torch.zeros(6))) for c in compiled)
+
+
 @pytest.mark.slow
 def test_compiled_run_reaches_the_eager_validation_loss() -> None:
     eager, _ = _train(False, epochs=6, clip_norm=1.0)

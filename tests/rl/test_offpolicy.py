@@ -17,7 +17,7 @@ from beyondfit import Engine, Update
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import OffPolicyAgent
+from beyondfit.rl.agents import OffPolicyAgent, VectorizedLinear
 from beyondfit.rl.algorithm import OffPolicyUpdate, Target
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
@@ -347,6 +347,25 @@ def test_an_empty_hidden_list_is_a_linear_actor(actor: str) -> None:
         assert action.shape == (5, 2) and torch.isfinite(log_prob).all()
     assert agent.act(obs).shape == (5, 2)
     assert agent.critic(obs, torch.zeros(5, 2)).shape == (2, 5)
+
+
+@pytest.mark.parametrize(("n_in", "n_out"), [(3, 256), (256, 1), (8, 5), (9, 4)])
+def test_a_critic_layer_computes_the_same_product_compiled_and_eager(
+        monkeypatch, n_in: int, n_out: int) -> None:  # fmt: skip
+    """Under compilation a critic layer with one output or few inputs writes its product out
+    (BLAS's slow paths for those shapes); eagerly it is ``baddbmm``, bitwise, as before."""
+    layer = VectorizedLinear(n_in, n_out, members=2)
+    x = torch.randn(7, n_in)
+    eager = layer(x)
+    assert torch.equal(eager, torch.baddbmm(layer.bias, x.expand(2, 7, n_in), layer.weight))
+    weight_grad = torch.autograd.grad(eager.square().sum(), layer.weight)[0]
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    written = layer(x)
+    assert written.shape == eager.shape
+    torch.testing.assert_close(written, eager)
+    torch.testing.assert_close(torch.autograd.grad(written.square().sum(), layer.weight)[0],
+                               weight_grad)
+    torch.testing.assert_close(layer(x, members=1), eager[:1])
 
 
 @pytest.mark.e2e
