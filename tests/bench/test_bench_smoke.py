@@ -219,10 +219,10 @@ def compile_bench(monkeypatch):
 
 
 def test_compile_bench_mlp_rows_run_and_stay_close_to_the_raw_loop(compile_bench):
-    size = compile_bench.SIZES["tiny"]
-    small = compile_bench.Size(size.name, size.layers, size.batch, 3, 2, size.task, 1)
+    """``python bench/compile.py --parts mlp`` (the README's row) on a tiny budget."""
     keys = [k for k in compile_bench.MLP_ROWS if k != "lightning"]
-    text = compile_bench.measure_mlp(small, keys, repeats=1)
+    text = compile_bench.main(["--parts", "mlp", "--sizes", "tiny", "--steps-per-epoch", "3",
+                               "--epochs", "2", "--repeats", "1", "--no-lightning"])
     assert all(compile_bench.MLP_ROWS[k][0] in text for k in keys)
     assert "| beyondfit engine, eager |" in text and "| bitwise |" in text  # the eager engine
     drifts = [float(line.split("max |diff| ")[1].rstrip(" |"))
@@ -231,7 +231,9 @@ def test_compile_bench_mlp_rows_run_and_stay_close_to_the_raw_loop(compile_bench
 
 
 def test_compile_bench_sac_rows_run(compile_bench):
-    text = compile_bench.measure_sac("Pendulum-v1", updates=2, rounds=2, sb3=False)
+    """``python bench/compile.py --parts sac`` (the README's row) on a tiny budget."""
+    text = compile_bench.main(["--parts", "sac", "--envs", "Pendulum-v1", "--updates", "2",
+                               "--rounds", "2", "--no-sb3"])
     for label in ("beyondfit `algo=sac`, eager", "beyondfit `algo=sac`, `engine.compile=true`",
                   "CleanRL SAC by hand, eager", "CleanRL SAC compiled the LeanRL way"):
         assert f"| {label} |" in text
