@@ -40,23 +40,31 @@ ACTORS = ("gaussian", "deterministic")
 
 
 #: Input widths up to which a compiled :class:`VectorizedLinear` writes its product out
-#: (below), instead of calling ``baddbmm``.
+#: (:func:`_compiled_product`), instead of calling a batched matmul.
 SMALL_FEATURES = 8
 
 
-def _small_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-    """``baddbmm(bias, x, weight)`` as elementwise products and sums, for a compiled step.
+def _compiled_product(x: torch.Tensor, weight: torch.Tensor,
+                      bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
+    """``baddbmm(bias, x, weight)`` as a compiled step computes it best on a CPU.
 
-    A batched matmul with one output column (a critic's head) or a few input features (a
-    critic's first layer on a small env) takes one of the BLAS library's slow paths on a CPU:
-    a 2x256x256 by 2x256x1 product ran at ~2 GFLOPS, 150 us forward and 550 us with its
-    backward, where the 256x256 layer beside it runs at the core's ~100. Written out, inductor
-    fuses it (and its backward) into one or two loops: a compiled SAC update on Pendulum took
-    ~0.71x the eager engine's time instead of ~0.77x. Only under compilation: the eager path
-    keeps ``baddbmm``, so an eager run's numbers stay bitwise what they were.
+    - One output column (a critic's head) or a few input features (a critic's first layer on
+      a small env): elementwise products and sums. Batched matmuls of those shapes take the
+      BLAS library's slow paths (a 2x256x256 by 2x256x1 product ran at ~2 GFLOPS, 150 us
+      forward and 550 us with its backward, where the 256x256 layer beside it runs at
+      ~100-160); written out, inductor fuses them and their backward into a loop or two.
+    - Otherwise ``bmm`` and the bias added after it: inductor adds the bias in the loop that
+      follows (the activation), where ``baddbmm`` first copies the broadcast bias into its
+      output (a 2x256x256 write per layer) and then reads it back.
+
+    A compiled SAC update on Pendulum took ~0.63x the eager engine's time instead of ~0.67x
+    with the first. Only under compilation: the eager path keeps ``baddbmm``, so an eager
+    run's numbers stay bitwise what they were.
     """
     if weight.shape[-1] == 1:
         return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
+    if weight.shape[1] > SMALL_FEATURES:
+        return torch.bmm(x, weight) + bias
     out = bias
     for k in range(weight.shape[1]):
         out = out + x[..., k:k + 1] * weight[:, k:k + 1, :]
@@ -85,9 +93,8 @@ class VectorizedLinear(nn.Module):
             weight, bias = weight[:members], bias[:members]
         if x.dim() == 2:
             x = x.expand(weight.shape[0], *x.shape)
-        if torch.compiler.is_compiling() and (self.out_features == 1
-                                              or self.in_features <= SMALL_FEATURES):
-            return _small_product(x, weight, bias)
+        if torch.compiler.is_compiling():
+            return _compiled_product(x, weight, bias)
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:

@@ -353,7 +353,8 @@ def test_an_empty_hidden_list_is_a_linear_actor(actor: str) -> None:
 def test_a_critic_layer_computes_the_same_product_compiled_and_eager(
         monkeypatch, n_in: int, n_out: int) -> None:  # fmt: skip
     """Under compilation a critic layer with one output or few inputs writes its product out
-    (BLAS's slow paths for those shapes); eagerly it is ``baddbmm``, bitwise, as before."""
+    (BLAS's slow paths for those shapes) and a wider one adds its bias after ``bmm``; eagerly
+    it is ``baddbmm``, bitwise, as before."""
     layer = VectorizedLinear(n_in, n_out, members=2)
     x = torch.randn(7, n_in)
     eager = layer(x)
