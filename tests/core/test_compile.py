@@ -452,16 +452,18 @@ def test_cuda_graphs_go_to_inductor_as_a_config_patch(monkeypatch) -> None:
         assert asked[-1] == expected
 
 
-def test_random_numbers_come_from_inductor_on_cuda_only() -> None:
+def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks() -> None:
     """On a CPU, inductor's generated code draws each random value with a Philox generator
-    built per element (SAC's action noise: ~270 us a step against ~10 us): graphs whose inputs
-    are on the CPU leave random numbers to torch's kernels, graphs on a GPU keep inductor's."""
+    built per element (SAC's action noise: ~270 us a step against ~10 us), and its size checks
+    repeat dynamo's guards: graphs whose inputs are on the CPU leave random numbers to torch's
+    kernels and have no checks; graphs on a GPU keep inductor's defaults (unmeasured there)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():  # a CUDA tensor's stand-in, on a machine without one
         on_cuda = torch.empty(2, device="cuda")
-    assert "fallback_random" not in graphs.patches([on_cuda, 3], cuda_graphs=False)
-    assert graphs.patches([torch.ones(2), 3], cuda_graphs=False)["fallback_random"]
+    assert graphs.patches([on_cuda, 3], cuda_graphs=False) == {}
+    cpu = graphs.patches([torch.ones(2), 3], cuda_graphs=False)
+    assert cpu["fallback_random"] and cpu["size_asserts"] is False
 
 
 # ---------------------------------------------------------------------- inductor, for real
