@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", default="mlp,sac,e2e", help="comma list of mlp, sac, e2e")
     parser.add_argument("--sizes", default="tiny,medium")
-    parser.add_argument("--repeats", type=int, default=3, help="counted MLP runs per size")
+    parser.add_argument("--repeats", type=int, default=9,
+                        help="counted MLP runs per size (at 3, a medium ratio moved by +-0.03 "
+                             "from one command to the next)")
     parser.add_argument("--steps-per-epoch", type=int, default=0, help="override (smoke runs)")
     parser.add_argument("--epochs", type=int, default=0, help="override (smoke runs)")
     parser.add_argument("--block", type=int, default=0,
