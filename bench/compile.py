@@ -3,7 +3,7 @@ the eager engine and Lightning; a SAC update beside CleanRL, LeanRL and SB3; who
 runs with and without ``engine.compile=true``, first (cold cache) and second run.
 
     python bench/compile.py                          # every part, markdown tables on stdout
-    python bench/compile.py --parts mlp --repeats 3  # the MLP steps only
+    python bench/compile.py --parts mlp              # the MLP steps only
     python bench/compile.py --parts sac --envs Pendulum-v1
     python bench/compile.py --parts e2e
 
