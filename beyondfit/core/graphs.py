@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from beyondfit.core.inductor_options import patches
 from beyondfit.core.logs import count
 from beyondfit.core.options import check_option
 
@@ -102,26 +103,6 @@ class CountedCompile:
         out = self.fn(*args)
         self.called = True
         return out
-
-
-def patches(example_inputs: Any, cuda_graphs: bool) -> dict[str, Any]:
-    """Inductor's config for one graph: CUDA graphs if asked (``compile="max"``); and for a
-    graph on the CPU, where each was measured:
-
-    - random numbers drawn by torch's kernels (``fallback_random``), not by inductor's code,
-      which builds a Philox generator per element: SAC's action noise (256x6 values) took
-      ~270 us a step there against ~10 us, and the compiled SAC update on HalfCheetah went
-      from ~0.81x to ~0.77x the eager one. Torch's kernel also draws the eager step's numbers
-      from the same generator: a compiled CPU run samples what an eager run samples;
-    - no size and alignment checks in the generated code: dynamo's guards already check each
-      input's sizes and strides before the graph runs, and the checks were ~100 a step in
-      SAC's critic graph, ~1% of a compiled update (torch leaves the alignment checks out of
-      its own production builds). A GPU graph keeps them: unmeasured there.
-    """
-    out: dict[str, Any] = {"triton.cudagraphs": True} if cuda_graphs else {}
-    if not any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
-        out.update(fallback_random=True, size_asserts=False, alignment_asserts=False)
-    return out
 
 
 def inductor(gm: Any, example_inputs: Any, patches: dict[str, Any] | None) -> Any:

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches, Update
-from beyondfit.core import graphs, traced_optimizer
+from beyondfit.core import graphs, inductor_options, traced_optimizer
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
@@ -417,7 +417,7 @@ def test_cuda_graphs_are_asked_for_evaluation_graphs_only(monkeypatch) -> None:
     _, engine = _train("max", epochs=1)
     # The whole update, its recompile for the short last batch, then the evaluation closure.
     assert engine.compile_report.graphs == 2 and len(patches) == 3
-    cpu = graphs.patches([torch.ones(1)], cuda_graphs=False)
+    cpu = inductor_options.patches([torch.ones(1)], cuda_graphs=False)
     assert patches == [cpu, cpu, {"triton.cudagraphs": True, **cpu}]
 
 
@@ -444,7 +444,7 @@ def test_cuda_graphs_go_to_inductor_as_a_config_patch(monkeypatch) -> None:
     monkeypatch.setattr(graphs, "inductor",
                         lambda gm, example_inputs, patches: asked.append(patches) or gm.forward)
     report = graphs.CompileReport()
-    cpu = graphs.patches([torch.ones(1)], cuda_graphs=False)
+    cpu = inductor_options.patches([torch.ones(1)], cuda_graphs=False)
     for cuda_graphs, expected in ((False, cpu), (True, {"triton.cudagraphs": True, **cpu})):
         fn = graphs.CountedCompile(lambda x: x * 2, report, cuda_graphs=cuda_graphs,
                                    fullgraph=True)
@@ -452,36 +452,7 @@ def test_cuda_graphs_go_to_inductor_as_a_config_patch(monkeypatch) -> None:
         assert asked[-1] == expected
 
 
-def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks() -> None:
-    """On a CPU, inductor's generated code draws each random value with a Philox generator
-    built per element (SAC's action noise: ~270 us a step against ~10 us), and its size checks
-    repeat dynamo's guards: graphs whose inputs are on the CPU leave random numbers to torch's
-    kernels and have no checks; graphs on a GPU keep inductor's defaults (unmeasured there)."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    with FakeTensorMode():  # a CUDA tensor's stand-in, on a machine without one
-        on_cuda = torch.empty(2, device="cuda")
-    assert graphs.patches([on_cuda, 3], cuda_graphs=False) == {}
-    cpu = graphs.patches([torch.ones(2), 3], cuda_graphs=False)
-    assert cpu["fallback_random"] and cpu["size_asserts"] is False
-
-
 # ---------------------------------------------------------------------- inductor, for real
-@pytest.mark.e2e  # inductor asks the C++ compiler its version: a process (one tiny graph, ~3 s)
-def test_a_compiled_graph_on_a_cpu_draws_the_eager_random_numbers() -> None:
-    """Torch's own kernel draws a compiled closure's random numbers on a CPU, from the same
-    generator in the same order: a compiled run samples what the eager run samples."""
-    def noisy(x: torch.Tensor) -> torch.Tensor:
-        return x + torch.randn(x.shape)
-
-    fn = graphs.CountedCompile(noisy, graphs.CompileReport(), cuda_graphs=False,
-                               fullgraph=True)
-    torch.manual_seed(3)
-    compiled = [fn(torch.zeros(6)) for _ in range(2)]
-    torch.manual_seed(3)
-    assert all(torch.equal(c, noisy(torch.zeros(6))) for c in compiled)
-
-
 @pytest.mark.slow
 def test_compiled_run_reaches_the_eager_validation_loss() -> None:
     eager, _ = _train(False, epochs=6, clip_norm=1.0)
