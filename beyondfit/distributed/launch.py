@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import torch
@@ -55,8 +56,17 @@ def init_process_group(env: LaunchEnv | None = None, timeout_s: float | None = N
 
 
 def shutdown() -> None:
-    """Leave the process group (once every rank is done with collectives)."""
+    """Leave the process group (once every rank is done with collectives).
+
+    First a short pause without the GIL: a Gloo worker thread frees a finished collective's
+    tensors under the GIL, and the group's destructor (when the group goes, or later with the
+    last DDP model that holds it) joins those threads while holding the GIL, so a worker still
+    waiting for it then deadlocks the process. Seen at the end of in-process DDP tests (the
+    destructor in ``std::thread::join``, a ``pt_gloo_runloop`` thread in ``~AsyncWork`` waiting
+    for the GIL); a run's last collective would race the same way.
+    """
     if dist.is_available() and dist.is_initialized():
+        time.sleep(0.05)
         dist.destroy_process_group()
 
 
