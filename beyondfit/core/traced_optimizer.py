@@ -20,12 +20,15 @@ def raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimize
 
 
 #: From this many trained values on, an optimizer with a fused kernel in torch steps with it,
-#: after the graph, instead of inside it: the kernel outruns inductor's code for the same update
-#: (a CPU's Adam over 670k values: 0.76 ms against 4.4 ms) and skips a step itself on a
-#: non-finite flag, but its call from Python costs more than that on small models. Measured
-#: per step on a CPU: a 670k-value MLP 0.87x the raw loop with the kernel, 0.96x in the
-#: graph; SAC's 134k-value critic 0.72x the eager engine with it, 0.68x in the graph.
-KERNEL_FROM = 1 << 18
+#: after the graph, instead of inside it (where inductor fuses the update with the clipping
+#: and the masked commit, and no ``optimizer.step()`` call from Python costs ~120 us). Since
+#: a CPU graph computes Adam's bias corrections once
+#: (:func:`~beyondfit.core.inductor_options.mark_scalars_once`), the graph is as fast or faster
+#: up to millions of values; measured per step on a CPU, in the graph against the kernel, x the
+#: raw loop: Adam on a 670k-value MLP 0.79x against 0.81x, on 1.9M values 0.76x against 0.78x,
+#: on 5.8M 0.74x against 0.75x; SGD with momentum on 670k 0.76x against 0.79x, on 5.8M 0.75x
+#: against 0.73x. (Before that pass the kernel won from ~2^18 values on.)
+KERNEL_FROM = 1 << 21
 
 #: The optimizers whose fused kernel the compiled step may switch to (exact types: a subclass
 #: may change what ``step`` does).
