@@ -40,10 +40,13 @@ def patches(example_inputs: Any, cuda_graphs: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"triton.cudagraphs": True} if cuda_graphs else {}
     if any(isinstance(t, torch.Tensor) and t.is_cuda for t in example_inputs):
         return out
-    out.update(fallback_random=True, size_asserts=False, alignment_asserts=False)
-    scalars = _scalars_once()
     from torch._inductor import config
 
+    # Only what this torch knows (an older one lacks alignment_asserts): an unknown key would
+    # fail the compile, and the step would run eagerly.
+    wanted = {"fallback_random": True, "size_asserts": False, "alignment_asserts": False}
+    out.update({key: value for key, value in wanted.items() if hasattr(config, key)})
+    scalars = _scalars_once()
     if scalars is not None and getattr(config, "post_grad_custom_post_pass", None) is None:
         out["post_grad_custom_post_pass"] = scalars
     return out

@@ -28,6 +28,16 @@ def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks
     assert cpu["post_grad_custom_post_pass"].uuid() == "beyondfit.scalars_once.1"
 
 
+def test_a_setting_this_torch_lacks_is_not_asked_for(monkeypatch) -> None:
+    """torch 2.3 (the oldest the package takes) has no ``alignment_asserts``: asking for it
+    would fail every compile, and the steps would run eagerly."""
+    from torch._inductor import config
+
+    monkeypatch.delattr(config, "alignment_asserts")
+    cpu = inductor_options.patches([torch.ones(2)], cuda_graphs=False)
+    assert cpu["fallback_random"] and "alignment_asserts" not in cpu
+
+
 def test_a_post_grad_pass_of_ones_own_is_kept() -> None:
     from torch._inductor import config
 
