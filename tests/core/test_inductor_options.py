@@ -10,6 +10,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from beyondfit.core import graphs, inductor_options
 from beyondfit.core.inductor_options import REALIZE, mark_scalars_once
+from beyondfit.core.traced_optimizer import raw_step
 
 
 def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks() -> None:
@@ -87,10 +88,7 @@ def test_a_graph_with_its_scalars_computed_once_computes_what_eager_code_does() 
     """Adam's step as torch traces it, its bias corrections stored once: the same update."""
     def adam_steps(opt: torch.optim.Optimizer) -> None:
         with torch.no_grad():
-            step = type(opt).step
-            while hasattr(step, "__wrapped__"):
-                step = step.__wrapped__
-            step(opt)
+            raw_step(opt)(opt)  # the step as the compiled engine traces it
 
     torch.manual_seed(0)
     weights = [torch.randn(40, 3), torch.randn(3)]
