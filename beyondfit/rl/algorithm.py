@@ -8,8 +8,9 @@ attribute of the agent, by name), how often it steps, and the slow target copy t
     [OffPolicyUpdate("critic", critic, trains="critic", target=Target("critic_target", 0.005)),
      OffPolicyUpdate("actor", actor, trains="actor", every=2)]
 
-The off-policy task (:mod:`beyondfit.tasks.offpolicy`) reads nothing else: it knows no
-algorithm's part names. A part the agent lacks is made by the update's ``build(model)`` and
+:func:`engine_updates` turns them into the engine's optimizers, one per update, knowing no
+algorithm's part names; the off-policy task (:mod:`beyondfit.tasks.offpolicy`) calls it and reads
+nothing else of the algorithm. A part the agent lacks is made by the update's ``build(model)`` and
 kept on the model under ``trains`` (so it moves to the device, is checkpointed and is read by the
 closures as ``model.NAME``); a :class:`Target` becomes a
 :class:`~beyondfit.core.target.SlowCopy` of the part, kept on the model under its own name and
@@ -19,14 +20,16 @@ the built-in ones, in your own module (``task.loss._target_=mymod.my_loss``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_learning_rate
 from beyondfit.core.target import SlowCopy
+from beyondfit.core.update import Update, check_names
 
 #: A loss closure: ``loss(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
 Closure = Callable[[nn.Module, Any], Any]
@@ -74,58 +77,83 @@ class OffPolicyUpdate:
     build: Callable[[nn.Module], nn.Module | nn.Parameter] | None = None
 
 
-def check_updates(updates: Any) -> list[OffPolicyUpdate]:
+def engine_updates(model: nn.Module, declared: Any, optimizers: Any = None,
+                   ) -> tuple[list[Update], list[str]]:  # fmt: skip
+    """The engine's :class:`~beyondfit.core.update.Update`s for what a loss factory declared.
+
+    In the declared order, each trains its part of ``model`` with an optimizer the engine builds
+    from the ``optimizer`` group under ``optimizers[name]`` (``task.optimizers``), and its target
+    copy follows each of its steps. The parts the agent lacks are built first (``build``), then
+    the targets, before anything draws random numbers: a target starts equal to its part.
+    Returns the updates and the attributes added to ``model`` (left out of the saved policy)."""
+    declared = _declared(declared)
+    own = _own_settings(optimizers, [u.name for u in declared])
+    added: list[str] = []
+    for u in declared:
+        if getattr(model, u.trains, None) is None:
+            if u.build is None:
+                raise BeyondfitError(
+                    f"task.loss's update {u.name!r} trains model.{u.trains}, which the agent "
+                    f"({type(model).__name__}) has not: pick the agent it needs (task.agent), "
+                    "or give the update a build(model) that makes the part")
+            setattr(model, u.trains, u.build(model))
+            added.append(u.trains)
+    updates = []
+    for u in declared:
+        part, follow = getattr(model, u.trains), []
+        where = f"task.loss's update {u.name!r}"
+        if not isinstance(part, nn.Module | nn.Parameter):
+            raise BeyondfitError(f"{where} trains model.{u.trains}, which is "
+                                 f"{type(part).__name__}, not a module or a parameter (as the "
+                                 "agent or the update's build(model) gives it)")
+        if u.target is not None:
+            if getattr(model, u.target.name, None) is not None:
+                raise BeyondfitError(f"{where}: its target {u.target.name!r} is already a part "
+                                     "of the agent")
+            if isinstance(part, nn.Parameter):
+                raise BeyondfitError(f"{where}: model.{u.trains} is a parameter, not a module "
+                                     "to copy")
+            target = SlowCopy(part, rate=u.target.rate, every=u.target.every)
+            setattr(model, u.target.name, target)
+            added.append(u.target.name)
+            follow = [target.update]
+        params = [part] if isinstance(part, nn.Parameter) else part
+        updates.append(Update(u.name, u.loss, params=params, every=u.every, after_step=follow,
+                              optimizer_options=own.get(u.name)))
+    return check_names(updates), added
+
+
+def _declared(declared: Any) -> list[OffPolicyUpdate]:
     """``task.loss``'s result as a list of :class:`OffPolicyUpdate`, else one error line (the
     engine's :class:`~beyondfit.core.update.Update` checks each one's name, closure and ratio)."""
-    if isinstance(updates, OffPolicyUpdate):
-        updates = [updates]
-    if not isinstance(updates, Sequence) or isinstance(updates, str) or not updates or not all(
-            isinstance(u, OffPolicyUpdate) for u in updates):
+    if isinstance(declared, OffPolicyUpdate):
+        declared = [declared]
+    if not isinstance(declared, Sequence) or isinstance(declared, str) or not declared or not all(
+            isinstance(u, OffPolicyUpdate) for u in declared):
         raise BeyondfitError(
-            f"task.loss gave {type(updates).__name__}, not a list of OffPolicyUpdate: an "
+            f"task.loss gave {type(declared).__name__}, not a list of OffPolicyUpdate: an "
             "off-policy loss factory returns [OffPolicyUpdate(name, closure, trains=PART, "
             "every=..., target=...), ...] (see beyondfit.rl.algorithm), or pick one with "
-            "algo=sac, algo=td3 or algo=dqn"
-        )
-    return list(updates)
+            "algo=sac, algo=td3 or algo=dqn")
+    return list(declared)
 
 
-def attach_parts(model: nn.Module, updates: Sequence[OffPolicyUpdate]) -> list[str]:
-    """Give ``model`` what ``updates`` declare: each missing part (``build``), then each target
-    copy. Returns the names of the attributes added (left out of the saved policy)."""
-    added: list[str] = []
-    for update in updates:
-        if getattr(model, update.trains, None) is None:
-            if update.build is None:
-                raise BeyondfitError(
-                    f"task.loss's update {update.name!r} trains model.{update.trains}, which "
-                    f"the agent ({type(model).__name__}) has not: pick the agent it needs "
-                    "(task.agent), or give the update a build(model) that makes the part"
-                )
-            setattr(model, update.trains, update.build(model))
-            added.append(update.trains)
-    for update in updates:
-        if update.target is None:
-            continue
-        name, part = update.target.name, trained_params(model, update)
-        if getattr(model, name, None) is not None:
-            raise BeyondfitError(f"task.loss's update {update.name!r}: its target {name!r} is "
-                                 "already a part of the agent")
-        if not isinstance(part, nn.Module):
-            raise BeyondfitError(f"task.loss's update {update.name!r}: model.{update.trains} is "
-                                 "a parameter, not a module to copy")
-        setattr(model, name, SlowCopy(part, rate=update.target.rate, every=update.target.every))
-        added.append(name)
-    return added
-
-
-def trained_params(model: nn.Module, update: OffPolicyUpdate) -> nn.Module | list[nn.Parameter]:
-    """What ``update``'s optimizer trains: its part's parameters (a module, or ``[param]``)."""
-    part = getattr(model, update.trains, None)
-    if isinstance(part, nn.Parameter):
-        return [part]
-    if isinstance(part, nn.Module):
-        return part
-    raise BeyondfitError(f"task.loss's update {update.name!r} trains model.{update.trains}, "
-                         f"which is {type(part).__name__}, not a module or a parameter (as the "
-                         "agent or the update's build(model) gives it)")
+def _own_settings(optimizers: Any, names: list[str]) -> dict[str, dict[str, Any]]:
+    """``task.optimizers`` checked: ``{update name: {option: value}}`` for declared updates,
+    any ``lr`` by the same rule as ``optimizer.lr``."""
+    if optimizers and not isinstance(optimizers, Mapping):
+        raise BeyondfitError(f"task.optimizers={optimizers!r} must map update names to "
+                             "optimizer settings, e.g. task.optimizers.critic.lr=0.001")
+    settings = {}
+    for name, options in dict(optimizers or {}).items():
+        if name not in names:  # a tuned preset may set one (alpha) for a loss that lacks it
+            raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} update; "
+                                 f"its updates are {', '.join(names)} (task.optimizers=null "
+                                 "drops a preset's settings)")
+        if not isinstance(options, Mapping):
+            raise BeyondfitError(f"task.optimizers.{name}={options!r} must be a mapping of "
+                                 f"optimizer settings, e.g. task.optimizers.{name}.lr=0.001")
+        settings[name] = {str(key): value for key, value in options.items()}
+        if "lr" in options:
+            check_learning_rate(options["lr"], f"task.optimizers.{name}.lr")
+    return settings

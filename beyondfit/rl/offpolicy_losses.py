@@ -43,10 +43,9 @@ def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> to
 
 
 class Handoff:
-    """A value one update's closure gives the next one on the same minibatch, declared beside
-    both. ``take`` refuses a value that was not given since the last ``take`` (the giver did
-    not run on this minibatch), so a changed order fails loudly instead of reading a stale one.
-    """
+    """A value one update's closure gives the next one's on the same minibatch, declared beside
+    both. ``take`` refuses a value not given since the last ``take`` (the giver did not run on
+    this minibatch), so a changed order fails loudly instead of reading a stale value."""
 
     def __init__(self, giver: str, taker: str) -> None:
         self.giver, self.taker = giver, taker
@@ -58,13 +57,11 @@ class Handoff:
 
     def take(self) -> torch.Tensor:
         """The value given on this minibatch (once)."""
+        if self._value is None:
+            raise BeyondfitError(f"the {self.taker!r} update reads what {self.giver!r} gives on "
+                                 f"the same minibatch, and {self.giver!r} gave nothing: declare "
+                                 f"{self.giver!r} right before {self.taker!r}, stepping as often")
         value, self._value = self._value, None
-        if value is None:
-            raise BeyondfitError(
-                f"the {self.taker!r} update reads what the {self.giver!r} update's closure gave on "
-                f"the same minibatch, and {self.giver!r} gave nothing: declare {self.giver!r} "
-                f"right before {self.taker!r}, stepping as often"
-            )
         return value
 
 

@@ -22,14 +22,11 @@ from typing import Any
 
 from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_learning_rate
-from beyondfit.core.update import Update, check_names
 from beyondfit.rl.agents import AGENTS
-from beyondfit.rl.algorithm import OffPolicyUpdate, attach_parts, check_updates, trained_params
+from beyondfit.rl.algorithm import OffPolicyUpdate, engine_updates
 from beyondfit.rl.envs import WrapperFn, make_vector_env
-from beyondfit.rl.evaluate import GreedyEvaluator
 from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.tasks.policy_gradient import check_run_counts, describe_wrappers, rl_ending
+from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
 REPLAY_DEFAULTS: dict[str, Any] = {
@@ -68,9 +65,6 @@ def build(
     Args:
         loss: the list of :class:`~beyondfit.rl.algorithm.OffPolicyUpdate` a factory such as
             ``sac_loss`` returns (``task.loss``), stepped in the list's order.
-        env, wrappers, seed, num_envs, eval_episodes, target_return: as for the
-            policy-gradient task; actions a bounded ``Box`` or ``Discrete``, as the agent takes.
-        total_env_steps: env steps (stored transitions) of the whole run.
         replay: keys of :data:`REPLAY_DEFAULTS`.
         agent: ``kind`` (a key of :data:`~beyondfit.rl.agents.AGENTS`: ``actor_critic`` for
             SAC and TD3, ``q`` for DQN) and that class's options (``OffPolicyAgent``:
@@ -78,17 +72,15 @@ def build(
             ``exploration_fraction``, ...).
         optimizers: one update's own optimizer settings over the ``optimizer`` group's, by
             update name, e.g. ``{"critic": {"lr": 1e-3}}`` (CleanRL's critic rate).
-        eval_every_env_steps: env steps between greedy evaluations.
-        gamma, hidden, activation: the task's discount and network settings, which the algo
-            files hand on (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read
-            there, not here.
-        normalize: must be off (running normalization is on-policy only so far).
-        log_std_init: unused (the Gaussian actor's log-std depends on the state).
-        confirm_episodes: fresh greedy episodes of the confirming evaluation whose mean is
-            the reported return (:class:`~beyondfit.rl.confirm.ConfirmingEvaluation`; 0: none).
+        total_env_steps: env steps (stored transitions) of the whole run.
+        env, wrappers, seed, num_envs, eval_every_env_steps, eval_episodes, target_return,
+            confirm_episodes: as for :func:`beyondfit.tasks.policy_gradient.build`; actions
+            a bounded ``Box`` or ``Discrete``, as the agent takes.
+        gamma, hidden, activation: the task's, which the algo files hand on
+            (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read there, not here.
+        normalize, log_std_init: policy-gradient settings; ``normalize`` must be off.
     """
     started = time.perf_counter()
-    updates = check_updates(loss)
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
                      eval_every_env_steps=eval_every_env_steps, eval_episodes=eval_episodes,
                      confirm_episodes=confirm_episodes)
@@ -96,42 +88,22 @@ def build(
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
     settings = _replay_settings(replay)
-    kind, options = _agent_options(agent)
-    own_settings = _optimizer_settings(optimizers, [u.name for u in updates])
     envs = make_vector_env(env, num_envs, wrappers, sync=True)  # copies a resume can rebuild
     try:
-        try:
-            model = AGENTS[kind](envs.single_observation_space, envs.single_action_space,
-                                 **options)
-        except TypeError as exc:
-            raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
-        # The parts and target copies the algorithm declares, before anything draws random
-        # numbers: a target starts equal to its part.
-        added = attach_parts(model, updates)
-        # One engine Update (an optimizer from the optimizer group) per declared update.
-        steps = check_names([
-            Update(u.name, u.loss, params=trained_params(model, u), every=u.every,
-                   after_step=[getattr(model, u.target.name).update] if u.target else [],
-                   optimizer_options=own_settings.get(u.name))
-            for u in updates])  # fmt: skip
+        model, described = _agent(agent, envs)
+        updates, added = engine_updates(model, loss, optimizers)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
-        evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
-                                    progress=lambda: data.env_steps, wrappers=wrappers)
         # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
         description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
-                       "agent": _plain({"kind": kind, **options})}
-        callbacks, finish = rl_ending(model, description, data, evaluator, env=env,
-                                      wrappers=wrappers, seed=seed, target_return=target_return,
-                                      eval_episodes=eval_episodes,
-                                      confirm_episodes=confirm_episodes, started=started,
-                                      leave_out=added)
+                       "agent": described}
+        return rl_task(model, updates, data, description, env=env, wrappers=wrappers, seed=seed,
+                       eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
+                       eval_episodes=eval_episodes, target_return=target_return,
+                       confirm_episodes=confirm_episodes, started=started, leave_out=added)
     except BaseException:
         envs.close()
         raise
-    per_eval = max(1, round(eval_every_env_steps * data.update_ratio))
-    return Task(model=model, loss_fn=steps, train_data=data, val_data=evaluator,
-                eval_every=per_eval, finish=finish, callbacks=callbacks)
 
 
 def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -149,39 +121,20 @@ def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def _agent_options(agent: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
-    """``task.agent`` as its ``kind`` (a key of :data:`~beyondfit.rl.agents.AGENTS`) and
-    that class's options."""
+def _agent(agent: Mapping[str, Any] | None, envs: Any) -> tuple[Any, dict[str, Any]]:
+    """The agent ``task.agent`` describes (its ``kind``, a key of
+    :data:`~beyondfit.rl.agents.AGENTS`, and that class's options) for ``envs``' spaces, and
+    that description as plain data (for ``policy.json``)."""
     options = dict(agent or {})
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
         raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
                              f"{', '.join(AGENTS)}")
-    return kind, options
-
-
-def _optimizer_settings(optimizers: Any, names: Sequence[str]) -> dict[str, dict[str, Any]]:
-    """``task.optimizers`` checked: ``{update name: {option: value}}`` for updates the loss
-    declares (``names``), any ``lr`` by the same rule as ``optimizer.lr``."""
-    if not optimizers:
-        return {}
-    if not isinstance(optimizers, Mapping):
-        raise BeyondfitError(f"task.optimizers={optimizers!r} must map closure names to "
-                             "optimizer settings, e.g. task.optimizers.critic.lr=0.001")
-    settings = {}
-    for name, options in optimizers.items():
-        if name not in names:
-            # A tuned preset may set one (hopper_sac.yaml: alpha) for a loss that lacks it.
-            raise BeyondfitError(f"task.optimizers.{name}: the loss has no {name!r} update; "
-                                 f"its updates are {', '.join(names)} (task.optimizers=null "
-                                 "drops a preset's settings)")
-        if not isinstance(options, Mapping):
-            raise BeyondfitError(f"task.optimizers.{name}={options!r} must be a mapping of "
-                                 f"optimizer settings, e.g. task.optimizers.{name}.lr=0.001")
-        settings[name] = {str(key): value for key, value in options.items()}
-        if "lr" in settings[name]:
-            check_learning_rate(settings[name]["lr"], f"task.optimizers.{name}.lr")
-    return settings
+    try:
+        model = AGENTS[kind](envs.single_observation_space, envs.single_action_space, **options)
+    except TypeError as exc:
+        raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
+    return model, _plain({"kind": kind, **options})
 
 
 def _plain(value: Any) -> Any:

@@ -14,35 +14,23 @@ critic (``task.critic``); the learning rate and clipping tuned for a task are in
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from beyondfit import Task
-from beyondfit.core.callbacks import Callback, Stopwatch
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.logs import count
 from beyondfit.core.options import check_number
-from beyondfit.core.serialization import atomic_save
 from beyondfit.rl.algorithm import OffPolicyUpdate
 from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.confirm import ConfirmingEvaluation
-from beyondfit.rl.envs import WrapperFn, env_spec, make_vector_env
-from beyondfit.rl.evaluate import GreedyEvaluator
+from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.losses import LossFn
 from beyondfit.rl.normalization import normalizer_options
 from beyondfit.rl.policies import ActorCritic
 from beyondfit.rl.schedules import env_step_schedules
-
-if TYPE_CHECKING:
-    import torch
-
-    from beyondfit.core.engine import Engine
-    from beyondfit.rl.offpolicy import ReplayCollector
+from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
 
 #: ``task.collector`` options and their defaults (the collector's; the tuned values per
 #: algorithm live in ``conf/algo/*.yaml``).
@@ -158,143 +146,16 @@ def build(
             old_log_prob=bool(settings["old_log_prob"]),
             stop_epochs=getattr(loss, "stop_epochs", None),
         )
-        evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
-                                    progress=lambda: data.env_steps, wrappers=wrappers)
+        rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
+        architecture = {"env": env, "hidden": list(hidden), "activation": activation,
+                        "log_std_init": log_std_init, "critic": bool(critic),
+                        "wrappers": describe_wrappers(wrappers),
+                        "normalizer": None if normalizer is None else normalizer.describe()}
+        return rl_task(policy, loss, data, architecture, env=env, wrappers=wrappers, seed=seed,
+                       eval_every=rollouts_between_evals * data.batches_per_rollout,
+                       eval_episodes=eval_episodes, target_return=target_return,
+                       confirm_episodes=confirm_episodes, started=started,
+                       callbacks=env_step_schedules(anneal, data, loss))
     except BaseException:
         envs.close()
         raise
-    rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
-    architecture = {"env": env, "hidden": list(hidden), "activation": activation,
-                    "log_std_init": log_std_init, "critic": bool(critic),
-                    "wrappers": describe_wrappers(wrappers),
-                    "normalizer": None if normalizer is None else normalizer.describe()}
-    callbacks, finish = rl_ending(policy, architecture, data, evaluator, env=env,
-                                  wrappers=wrappers, seed=seed, target_return=target_return,
-                                  eval_episodes=eval_episodes, confirm_episodes=confirm_episodes,
-                                  started=started)
-    return Task(
-        model=policy,
-        loss_fn=loss,
-        train_data=data,
-        val_data=evaluator,
-        eval_every=rollouts_between_evals * data.batches_per_rollout,
-        finish=finish,
-        callbacks=[*callbacks, *env_step_schedules(anneal, data, loss)],
-    )
-
-
-def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
-    """An RL task's env and episode counts (``task.num_envs``, ``task.total_env_steps``, ...):
-    each a positive whole number; ``confirm_episodes`` may be 0 (no confirming evaluation)."""
-    for name, value in counts.items():
-        check_number(f"task.{name}", value, integer=True, above=0, example=f"task.{name}=8")
-    check_number("task.confirm_episodes", confirm_episodes, integer=True, at_least=0,
-                 example="task.confirm_episodes=100 (0: no confirming evaluation)")
-
-
-def rl_ending(
-    model: torch.nn.Module,
-    description: Mapping[str, Any],
-    data: RolloutCollector | ReplayCollector,
-    evaluator: GreedyEvaluator,
-    *,
-    env: str,
-    wrappers: Sequence[WrapperFn],
-    seed: int,
-    target_return: float | None,
-    eval_episodes: int,
-    confirm_episodes: int,
-    started: float,
-    leave_out: Sequence[str] = (),
-) -> tuple[list[Callback], Callable[[Engine, Path], list[str]]]:
-    """What every RL task does around its training: ``(callbacks, finish)``.
-
-    The callbacks time the training (the summary line's training time) and, with
-    ``confirm_episodes``, confirm the score on that many fresh greedy episodes
-    (:class:`~beyondfit.rl.confirm.ConfirmingEvaluation`, against ``target_return``, by default
-    the env's registered ``reward_threshold``). ``finish`` closes the envs (collector,
-    evaluator, confirming evaluation), then :func:`save_and_report` the model's weights (but
-    the submodules and parameters named in ``leave_out``: training's alone, such as target
-    copies) and ``description``.
-    """
-    if target_return is None:
-        target_return = env_spec(env).reward_threshold
-    stopwatch = Stopwatch()
-    confirm = None
-    if confirm_episodes:
-        confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(env, n, wrappers=wrappers),
-                                       confirm_episodes, seed, target_return)
-
-    def finish(engine: Engine, run_dir: Path) -> list[str]:
-        """Save the policy, close the envs, and say whether the run solved the env."""
-        data.close()
-        evaluator.close()
-        if confirm is not None:
-            confirm.close()
-        weights = {key: value for key, value in model.state_dict().items()
-                   if key.split(".", 1)[0] not in leave_out}
-        return save_and_report(run_dir, weights, description, engine, env,
-                               target_return, eval_episodes, data.env_steps, started,
-                               stopwatch=stopwatch, confirm=confirm)
-
-    return [stopwatch] if confirm is None else [stopwatch, confirm], finish
-
-
-def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
-                    engine: Engine, env: str, target_return: float | None, eval_episodes: int,
-                    env_steps: int, started: float, *, stopwatch: Stopwatch | None = None,
-                    confirm: ConfirmingEvaluation | None = None) -> list[str]:  # fmt: skip
-    """Write ``policy.pt`` and ``policy.json``; the RL tasks' closing lines (solved or not).
-
-    With a confirming evaluation the reported return is its mean over fresh episodes, the
-    training-time one beside it; ``stopwatch`` gives the training time apart.
-    """
-    # A checkpoint-shaped file (weights under "model"), self-describing for
-    # python -m beyondfit.play.
-    atomic_save({"model": weights, "policy": description}, Path(run_dir) / "policy.pt")
-    (Path(run_dir) / "policy.json").write_text(json.dumps(description, indent=2) + "\n")
-    score = engine.last_val.get("val_return")
-    if target_return is None:
-        verdict = "trained (no target return)"
-    elif score is not None and score >= target_return:
-        verdict = "solved"
-    else:
-        verdict = "not solved"
-    shown = "n/a" if score is None else f"{score:.1f}"
-    wanted = "" if target_return is None else f" (target {target_return:g})"
-    if confirm is not None and confirm.training:
-        during = confirm.training.get("val_return", float("nan"))
-        how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
-               f"{count(confirm.episodes, 'fresh episode')} (training-time evaluation "
-               f"{during:.1f} over {eval_episodes})")
-    else:
-        how = (f"greedy val_return {shown}{wanted} over {count(eval_episodes, 'episode')} "
-               "(unconfirmed)")
-    total = time.perf_counter() - started
-    timing = (f"{total:.1f}s wall" if stopwatch is None else
-              f"{stopwatch.seconds:.1f}s of training ({total:.1f}s with building the task and "
-              "evaluations)")
-    return [
-        f"{env} {verdict}: {how} after {env_steps} env steps, {timing}",
-        f"policy saved to {Path(run_dir) / 'policy.pt'}; watch it with "
-        f"python -m beyondfit.play {run_dir}",
-    ]
-
-
-def describe_wrappers(wrappers: Sequence[WrapperFn]) -> list[dict[str, Any]] | None:
-    """The wrappers as config entries (``{"_target_": ..., **options}``) that
-    ``python -m beyondfit.play`` can rebuild; ``None`` if one is not a class or a partial of one
-    with plain options (a lambda, say)."""
-    described = []
-    for wrapper in wrappers:
-        func = getattr(wrapper, "func", wrapper)  # a (Hydra) partial keeps its target here
-        options = dict(getattr(wrapper, "keywords", None) or {})
-        if getattr(wrapper, "args", ()) or not isinstance(func, type | type(describe_wrappers)):
-            return None
-        name = getattr(func, "__qualname__", "")
-        if "<" in name or not all(
-            isinstance(v, str | int | float | bool | type(None)) for v in options.values()
-        ):
-            return None
-        described.append({"_target_": f"{func.__module__}.{name}", **options})
-    return described

@@ -412,7 +412,7 @@ def test_the_issues_agent_and_replay_settings_on_the_command_line(tmp_path: Path
       "optimizers": {"alpha": {"lr": 1e-3}}}, r"no 'alpha' update.*task\.optimizers=null"),
     ({"optimizers": {"critic": 1e-3}}, r"task\.optimizers\.critic=0\.001 must be a mapping"),
     ({"optimizers": {"critic": {"lr": -1}}}, r"task\.optimizers\.critic\.lr=-1; it must be"),
-    ({"optimizers": [1]}, r"task\.optimizers=\[1\] must map closure names"),
+    ({"optimizers": [1]}, r"task\.optimizers=\[1\] must map update names"),
     ({"agent": {"hiden": [4]}}, r"task\.agent options are invalid"),
     ({"env": "CartPole-v1"}, "not a Box"),
     ({"agent": {"hidden": [4], "init_alpha": 0}},  # was "math domain error"
@@ -533,8 +533,8 @@ def test_sacs_temperature_reads_the_actors_sample_of_the_same_minibatch_or_says_
 
     critic, actor, alpha = sac_loss()
     model = OffPolicyAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)), hidden=(8,))
-    with pytest.raises(BeyondfitError, match=r"'alpha' update reads what the 'actor' update's "
-                                             r"closure gave .* declare 'actor' right before"):
+    with pytest.raises(BeyondfitError, match=r"'alpha' update reads what 'actor' gives on the "
+                                             r"same minibatch.* declare 'actor' right before"):
         alpha.loss(model, None)  # the actor did not run on this minibatch: no stale value
     handoff = Handoff("a", "b")
     handoff.give(torch.ones(2))
