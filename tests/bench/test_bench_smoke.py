@@ -271,3 +271,31 @@ def test_trial_breaks_runs_its_kinds_of_case(tmp_path: Path,
     assert "| sac-data-none | off-policy checkpoint (SAC) | refused | 2 | yes | no | yes | yes |" \
         in text
     assert (tmp_path / "table.md").read_text().startswith("# Issue 29's adversarial trial")
+
+
+def test_reading_path_counts_every_span_and_stays_a_third_of_the_issues_900_lines(
+        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    """``python bench/reading.py``: issue 31 asked that reading SAC from its config to its
+    optimizers take at most a third of the ~900 lines it took then. Every span the script names
+    still exists (a renamed definition is an error, not a silent zero), its totals add up, and
+    SAC's path stays at or under 300 lines."""
+    import subprocess
+
+    reading = _load("reading")
+    for algo in ("sac", "td3"):
+        assert reading.main(["--algo", algo]) == 0
+        text = capsys.readouterr().out
+        total = next(line for line in text.splitlines() if line.startswith("| **"))
+        lines, code = (int(cell.strip(" *")) for cell in total.strip("|").split("|")[2:])
+        rows = reading.count(reading.PATHS[algo])
+        assert (lines, code) == (sum(r[2] for r in rows), sum(r[3] for r in rows))
+        assert all(r[2] >= r[3] > 0 for r in rows)
+        if algo == "sac":
+            assert lines <= 300, text
+    with pytest.raises(SystemExit, match="no definition 'nosuch'"):
+        reading.count([("beyondfit/rl/algorithm.py", ["nosuch"])])
+    known = subprocess.run(["git", "cat-file", "-e", reading.ISSUE_COMMIT], cwd=BENCH.parent,
+                           capture_output=True).returncode == 0
+    if known:  # a shallow clone lacks the issue's commit
+        assert reading.main(["--issue"]) == 0
+        assert f"SAC's path at {reading.ISSUE_COMMIT}" in capsys.readouterr().out
