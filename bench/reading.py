@@ -6,11 +6,16 @@
 Issue 31 asked that reading SAC "from its config to its three optimizer steps" take no more than a
 third of the ~900 lines it took when the issue was filed (CleanRL shows it in 51). The path is the
 one a reader follows from ``python -m beyondfit +task=pendulum algo=sac`` to the optimizers: the
-algo file, the loss factory and every helper it calls, what an ``OffPolicyUpdate`` is, and the
-task code that turns the declared updates into the engine's ``Update``s (one optimizer each, the
-``optimizer`` group's settings under the update's own). Not on it: the agent's networks (the model,
-as a user's own ``nn.Module`` would be), the replay collector (the data), and the engine's generic
-step, which every task shares (as CleanRL's 51 lines leave out ``torch.optim``).
+declaration (the algo file, the loss factory and every helper it calls, what an
+``OffPolicyUpdate`` and a ``Target`` are: enough to know each optimizer's loss, part, ratio and
+target), then the binding (the task code that makes the declared updates the engine's
+``Update``s, one optimizer each, the ``optimizer`` group's settings under the update's own). Not
+on it: the agent's networks (the model, as a user's own ``nn.Module`` would be), the replay
+collector (the data), the RL tasks' evaluation and ending, and the engine (``core/``: every task's,
+documented as the ``Update`` API; as CleanRL's 51 lines leave out ``torch.optim``). The engine's
+part and the ending are printed beside the path, uncounted. ``--issue`` prints the path with the
+same roles at the issue's commit, where the loss returned named closures and the builder alone
+knew what each trained (``PARTS``), how often (a function attribute) and which target followed.
 
 Each span is a whole definition (decorators, docstring, comments, blank lines inside it) or a
 whole file, found by name, so a definition that grows is counted as it grows. ``lines`` counts
@@ -30,25 +35,28 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Per algorithm: (file, definitions in it; empty: the whole file), in reading order.
-PATHS: dict[str, list[tuple[str, list[str]]]] = {
+#: Per algorithm, in reading order: (file, definitions in it, empty for the whole file). The
+#: declaration (what the algorithm is: its config, its loss factory, what an update declares)
+#: comes first, then the binding (the task code making the declared updates the engine's).
+DECLARATION: dict[str, list[tuple[str, list[str]]]] = {
     "sac": [
         ("conf/algo/sac.yaml", []),
         ("beyondfit/rl/offpolicy_losses.py",
          ["sac_loss", "Handoff", "_check_gamma", "_check_tau", "_td_target"]),
-        ("beyondfit/rl/algorithm.py",
-         ["OffPolicyUpdate", "Target", "engine_updates", "_declared", "_own_settings"]),
-        ("beyondfit/tasks/offpolicy.py", ["build"]),
+        ("beyondfit/rl/algorithm.py", ["OffPolicyUpdate", "Target"]),
     ],
     "td3": [
         ("conf/algo/td3.yaml", []),
         ("beyondfit/rl/offpolicy_losses.py",
          ["td3_loss", "_check_gamma", "_check_tau", "_td_target"]),
-        ("beyondfit/rl/algorithm.py",
-         ["OffPolicyUpdate", "Target", "engine_updates", "_declared", "_own_settings"]),
-        ("beyondfit/tasks/offpolicy.py", ["build"]),
+        ("beyondfit/rl/algorithm.py", ["OffPolicyUpdate", "Target"]),
     ],
 }
+BINDING: list[tuple[str, list[str]]] = [
+    ("beyondfit/rl/algorithm.py", ["engine_updates", "_declared", "_own_settings"]),
+    ("beyondfit/tasks/offpolicy.py", ["build"]),
+]
+PATHS = {algo: [*spans, *BINDING] for algo, spans in DECLARATION.items()}
 
 #: The issue's commit (the parent of its first change) and SAC's path then, with the same roles:
 #: the loss returned ``{name: closure}``, and the builder mapped each name to its parameters and
@@ -165,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"Reading {args.algo.upper()} from its config to its optimizers\n")
     print(table(count(PATHS[args.algo])))
+    declared = count(DECLARATION[args.algo])
+    print(f"\nOf which the declaration (config, loss factory, what an update is): "
+          f"{sum(r[2] for r in declared)} lines, {sum(r[3] for r in declared)} of code.")
     print("\nBeside the path, not counted (where the Updates go next):\n")
     print(table(count(BESIDE), total=False))
     if args.issue:
