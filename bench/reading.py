@@ -131,8 +131,12 @@ def read(file: str, commit: str | None) -> str:
     """``file``'s text in the working tree, or at ``commit``."""
     if commit is None:
         return (ROOT / file).read_text()
-    return subprocess.run(["git", "show", f"{commit}:{file}"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "show", f"{commit}:{file}"], cwd=ROOT, capture_output=True,
+                           text=True)
+    if shown.returncode != 0:
+        raise SystemExit(f"bench/reading.py: git cannot show {file} at {commit} (a shallow "
+                         "clone lacks the commit: git fetch --unshallow)")
+    return shown.stdout
 
 
 def count(spans: list[tuple[str, list[str]]],
