@@ -94,9 +94,9 @@ def build(
         updates, added = engine_updates(model, loss, optimizers)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
-        # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
         description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
                        "agent": described}
+        # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
         return rl_task(model, updates, data, description, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,
