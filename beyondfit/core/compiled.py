@@ -33,6 +33,7 @@ created). What cannot be compiled runs eagerly, with one warning naming the part
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
@@ -43,14 +44,14 @@ from beyondfit.core.graphs import CompileReport, CountedCompile, compile_mode, l
 from beyondfit.core.precision import Precision
 from beyondfit.core.target import SlowCopy
 from beyondfit.core.traced_optimizer import (
+    PinnedLearningRates,
     has_step_hooks,
     kernel_step,
-    pin_lrs,
     raw_step,
+    restore_fused,
     step_counts_on_device,
     steps_with_kernel,
     traced_unfused,
-    unpin_lrs,
 )
 from beyondfit.core.update import Update
 
@@ -122,7 +123,7 @@ class CompiledUpdate:
         self.python_hooks = [h for h in update.after_step if _slow_copy_of(h) is None]
         self._weights = [0.0] * len(self.targets)
         self._zero = torch.zeros((), device=device)  # a blend that leaves a target as it is
-        self._lrs: list[torch.Tensor] = []
+        self._lrs = PinnedLearningRates(device)
         self.kernel = False  # the step is the optimizer's fused kernel, after the graph
         self._fused: list[Any] = []
         self._grads: list[torch.Tensor] = []
@@ -179,13 +180,14 @@ class CompiledUpdate:
         self._before_graph()
         self._lend_grads()
         try:
-            result = self._whole(batch, self._pending)
+            with self._lrs_pinned():
+                result = self._whole(batch, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:  # a closure that cannot be traced whole, a backend failure
             self._whole = None
             self.discard()
-            self._unpin_lrs()
+            restore_fused(self.update.optimizer, self._fused)
             self.report.left_eager(f"{self.label}'s whole step",
                                    f"{reason(exc)}; the closure is compiled with graph "
                                    "breaks, its backward runs eagerly")
@@ -220,7 +222,8 @@ class CompiledUpdate:
         scale = torch.full((), factor, device=self.device)
         pending = loss.detach() if loss is not None else torch.zeros((), device=self.device)
         try:
-            result = self._apply(scale, pending, self._pending)
+            with self._lrs_pinned():
+                result = self._apply(scale, pending, self._pending)
         except BeyondfitError:
             raise
         except Exception as exc:
@@ -228,7 +231,7 @@ class CompiledUpdate:
                 raise
             self._apply = None
             self.undo_weights()
-            self._unpin_lrs()
+            restore_fused(self.update.optimizer, self._fused)
             self.report.left_eager(f"{self.label}'s step", reason(exc))
             return None
         if self.kernel:
@@ -356,8 +359,6 @@ class CompiledUpdate:
             self._written = list(self.update.params) + [
                 value for p in self.update.params for value in self._state.get(p, {}).values()
                 if isinstance(value, torch.Tensor)]
-        if not self.kernel:
-            self._pin_lrs()
 
     def _follow(self, weights: list[torch.Tensor]) -> None:
         # After the step, as its after_step hook would.
@@ -383,11 +384,9 @@ class CompiledUpdate:
         for copy, _ in self.targets:
             copy.calls -= 1
 
-    def _pin_lrs(self) -> None:
-        self._lrs = pin_lrs(self.update.optimizer, self._lrs, self.device)
-
-    def _unpin_lrs(self) -> None:
-        unpin_lrs(self.update.optimizer, self._fused)
+    def _lrs_pinned(self) -> AbstractContextManager[None]:
+        # The fused kernel after the graph reads the floats; the graph's own step a tensor.
+        return nullcontext() if self.kernel else self._lrs.during(self.update.optimizer)
 
     def _lend_grads(self) -> None:
         # The graph writes the gradients into these buffers for the optimizer to read;

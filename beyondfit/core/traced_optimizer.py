@@ -4,7 +4,8 @@ its parameters are on."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -114,26 +115,40 @@ def has_step_hooks(optimizer: torch.optim.Optimizer) -> bool:
     return any(bool(hooks) for hooks in found)
 
 
-def pin_lrs(optimizer: torch.optim.Optimizer, tensors: list[torch.Tensor],
-            device: torch.device) -> list[torch.Tensor]:
-    """Each group's learning rate as a tensor the graph reads (made once, returned), so that a
-    scheduler changes a value, not the graph; a float a scheduler wrote goes back into it."""
-    groups = optimizer.param_groups
-    if not tensors:  # float64: the same value as the float it stands for, read back exactly
-        tensors = [torch.tensor(float(g["lr"]), dtype=torch.float64, device=device)
-                   for g in groups]
-    for group, tensor in zip(groups, tensors, strict=True):
-        if group["lr"] is not tensor:
-            tensor.fill_(float(group["lr"]))
-            group["lr"] = tensor
-    return tensors
+class PinnedLearningRates:
+    """Each group's learning rate as a tensor the graph reads, for the length of one graph
+    call only (:meth:`during`): a scheduler changes a value, not the graph, while the user,
+    the scheduler and every ``state_dict`` only ever see the float they wrote. A tensor left
+    in a group leaked into checkpoints (a scheduler's ``_last_lr``) and into user code."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self._tensors: list[torch.Tensor] = []
+        self._values: list[float] = []  # what each tensor holds, to refill only on change
+
+    @contextmanager
+    def during(self, optimizer: torch.optim.Optimizer) -> Iterator[None]:
+        """Learning rates as tensors inside the block, the same floats again after it."""
+        groups = optimizer.param_groups
+        floats = [group["lr"] for group in groups]
+        if not self._tensors:  # float64: the same value as the float it stands for
+            self._tensors = [torch.tensor(float(lr), dtype=torch.float64, device=self.device)
+                             for lr in floats]
+            self._values = [float(lr) for lr in floats]
+        for i, (group, lr) in enumerate(zip(groups, floats, strict=True)):
+            if float(lr) != self._values[i]:
+                self._tensors[i].fill_(float(lr))
+                self._values[i] = float(lr)
+            group["lr"] = self._tensors[i]
+        try:
+            yield
+        finally:
+            for group, lr in zip(groups, floats, strict=True):
+                group["lr"] = lr
 
 
-def unpin_lrs(optimizer: torch.optim.Optimizer, fused: list[Any]) -> None:
-    """Before an eager step: learning rates as floats again (the foreach optimizers refuse a
-    tensor), and the ``fused`` flags :func:`traced_unfused` took given back."""
+def restore_fused(optimizer: torch.optim.Optimizer, fused: list[Any]) -> None:
+    """Before an eager step: the ``fused`` flags :func:`traced_unfused` took, given back."""
     for i, group in enumerate(optimizer.param_groups):
-        if isinstance(group["lr"], torch.Tensor):
-            group["lr"] = float(group["lr"])
         if i < len(fused) and fused[i]:
             group["fused"] = fused[i]

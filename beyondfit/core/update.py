@@ -242,13 +242,9 @@ class Update:
         return found
 
     def state_dict(self) -> dict[str, Any]:
-        """Optimizer, scheduler and step count; learning rates as floats (the compiled step
-        holds them as tensors), so that any engine, compiled or not, can load them."""
-        optimizer = self.optimizer.state_dict()
-        for group in optimizer["param_groups"]:
-            if isinstance(group.get("lr"), torch.Tensor):
-                group["lr"] = float(group["lr"])
-        state: dict[str, Any] = {"optimizer": optimizer, "steps": self.steps}
+        """Optimizer, scheduler and step count, as the user's objects hold them (the compiled
+        step lends tensor learning rates to its graphs only while they run)."""
+        state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
         elif self._scheduler_state is not None:  # loaded, not yet built: kept as it was

@@ -113,6 +113,22 @@ def test_many_random_kills_then_resume_equals_uninterrupted(tmp_path: Path, task
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # inductor builds the step's C++ kernels: tens of seconds cold
+def test_a_compiled_run_with_a_schedule_resumes_from_its_own_checkpoints(tmp_path: Path
+                                                                        ) -> None:
+    # The adversarial trial's command: the cosine schedule's state held the compiled step's
+    # tensor learning rate, and the run's own checkpoints were refused on resume.
+    base = ["+task=regression", "engine.compile=true", *QUIET, "checkpoint.every=5",
+            f"hydra.run.dir={tmp_path / 'c29'}"]
+    first = cli(*base, "train.epochs=2", cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    again = cli(*base, "train.epochs=4", f"resume={tmp_path / 'c29'}", "resume_extend=true",
+                cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert rows(tmp_path / "c29")[-1]["step"] == 48
+
+
+@pytest.mark.e2e
 # ---------------------------------------------------------------- user errors, one line each
 def test_cli_refuses_a_malicious_checkpoint_in_one_line(tmp_path: Path) -> None:
     base = ["+task=regression", "train.epochs=1", *QUIET]

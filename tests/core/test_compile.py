@@ -20,6 +20,7 @@ from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches, Update
 from beyondfit.core import graphs, inductor_options, traced_optimizer
+from beyondfit.core.schedules import cosine
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
@@ -82,8 +83,9 @@ def test_whole_step_is_one_graph_and_matches_eager(traced, caplog) -> None:
     assert (report.graphs, report.recompiles, report.eager) == (2, 1, {})
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("compiled:")]
     assert lines == ["compiled: 2 graphs, 1 recompile, 0 parts left eager"]
-    # The learning rate is a tensor in the optimizer while compiled, a float in checkpoints.
-    assert isinstance(engine.optimizer.param_groups[0]["lr"], torch.Tensor)
+    # The graph reads the learning rate as a tensor only while it runs: the user's optimizer
+    # and checkpoints keep the float the scheduler wrote.
+    assert type(engine.optimizer.param_groups[0]["lr"]) is float
     saved = engine.updates[0].state_dict()["optimizer"]["param_groups"][0]["lr"]
     assert type(saved) is float and saved == 0.01 * 0.5**7  # 15 steps, halved every 2
     assert all(p.grad is None for p in engine.model.parameters())
@@ -179,6 +181,38 @@ def test_the_fused_kernel_steps_after_the_graph_as_the_eager_step_would(traced, 
     eager, _ = _train(False, accumulate=3, clip_value=0.05)
     compiled_run, engine = _train(True, accumulate=3, clip_value=0.05)
     assert _close(eager, compiled_run) and engine.compile_report.eager == {}
+
+
+def _scheduled(compile, path=None, accumulate=1):
+    model = _model()
+    engine = Engine(model, _mse_logs, torch.optim.Adam(model.parameters(), 1e-2),
+                    device="cpu", compile=compile, scheduler=cosine, accumulate=accumulate)
+    if path is not None:
+        engine.load(path)
+    return engine
+
+
+@pytest.mark.parametrize("accumulate", [1, 3])
+def test_a_compiled_run_saves_what_an_eager_run_loads(traced, step_kind, accumulate,
+                                                       tmp_path) -> None:
+    # The graphs read each learning rate as a tensor; none may stay in the user's optimizer,
+    # its scheduler or a checkpoint (a scheduler's _last_lr held one, and no run compiled
+    # with a schedule could be resumed from its own checkpoints).
+    x, y = sum_data(96)
+    data = TensorBatches(x, y, batch_size=16, seed=0)
+    engine = _scheduled(True, accumulate=accumulate)
+    engine.fit(data, epochs=2, verbose=False)
+    assert engine.compile_report.eager == {}
+    group = engine.optimizer.param_groups[0]
+    assert type(group["lr"]) is float
+    assert all(type(lr) is float for lr in engine.updates[0].scheduler.state_dict()["_last_lr"])
+    engine.save(tmp_path / "c.pt")
+    saved = torch.load(tmp_path / "c.pt", weights_only=True)
+    assert "Tensor" not in repr(saved["updates"][""]["scheduler"]["_last_lr"])
+    for compile in (False, True):  # the checkpoint loads and trains on, eager or compiled
+        again = _scheduled(compile, tmp_path / "c.pt")
+        again.fit(data, epochs=3, verbose=False)
+        assert type(again.optimizer.param_groups[0]["lr"]) is float
 
 
 def test_raise_names_the_step_as_eager_does(traced) -> None:
