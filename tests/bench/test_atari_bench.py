@@ -1,0 +1,93 @@
+"""Smoke runs of bench/atari.py: its docstring's smoke command lines, as typed there, on tiny
+budgets into a temporary folder, and the readers of the other contenders' output.
+
+Nothing here looks at a return or a timing: the benchmark reports them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "atari.py"
+
+
+@pytest.fixture(scope="module")
+def atari():
+    spec = importlib.util.spec_from_file_location("bench_atari", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def smoke_lines(module) -> list[str]:
+    """The docstring's smoke command lines (those writing into /tmp/pixels), as typed."""
+    return [line.strip() for line in module.__doc__.splitlines()
+            if line.strip().startswith("python bench/atari.py") and "/tmp/pixels" in line]
+
+
+FIELDS = {"return_last100", "episodes", "env_steps", "cpu_seconds", "wall_seconds",
+          "peak_rss_mib", "env_steps_per_cpu_second", "versions", "settings", "command",
+          "return_source", "curve", "seed", "budget", "suite", "method", "game"}
+
+
+@pytest.mark.parametrize("suite", ["minatar", "atari"])
+def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("ale_py" if suite == "atari" else "minatar")
+    if suite == "atari":
+        pytest.importorskip("cv2")  # AtariWrapper's frame resizing
+    (line,) = [c for c in smoke_lines(atari) if ("--suite minatar" in c) == (suite == "minatar")]
+    argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
+    argv = [sys.executable if a == "python" else a for a in argv]
+    argv += ["--work", str(tmp_path / "work")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    budget = int(argv[argv.index("--budget") + 1])
+    (path,) = (tmp_path / "pixels").glob(f"{suite}-sb3-ppo-breakout-{budget}-seed1.json")
+    result = json.loads(path.read_text())
+    assert FIELDS <= set(result)
+    assert result["env_steps"] >= budget and result["cpu_seconds"] > 0
+    assert result["peak_rss_mib"] > 0 and result["torch_threads"] == 1
+    assert result["versions"]["stable-baselines3"] and result["versions"]["torch"]
+    table = (tmp_path / "pixels" / f"{suite}.md").read_text()
+    assert "| SB3 PPO" in table and f"({budget:,})" in table and table in done.stdout
+    # Kept: the same command does not run again (a queue resumes).
+    again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "running" not in again.stderr
+    assert json.loads(path.read_text()) == result
+
+
+def test_cleanrl_stdout_reader(atari):
+    text = ("SPS: 271\nglobal_step=904, episodic_return=[2.]\n"
+            "global_step=1256, episodic_return=4.0\nother line\n")
+    assert atari.cleanrl_returns(text) == [(904, 2.0), (1256, 4.0)]
+
+
+def test_beyondfit_command_and_run_directory_reader(atari, tmp_path):
+    game = atari.SUITES["minatar"]["space_invaders"]
+    cmd = atari.beyondfit_command("minatar", "beyondfit-dqn", game, 2, 500_000, tmp_path)
+    assert cmd[1:6] == ["-m", "beyondfit", "+task=minatar", "algo=dqn",
+                        "task.env=MinAtar/SpaceInvaders-v1"]
+    assert "seed=2" in cmd and "task.total_env_steps=500000" in cmd and "threads=1" in cmd
+    rows = [{"kind": "train", "step": i, "env_steps": 1000.0 * i, "episode_return": float(i),
+             "episodes": 30} for i in range(1, 6)]
+    rows.insert(2, {"kind": "val", "step": 2, "val_return": 9.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "result.json").write_text(json.dumps(
+        {"format": 1, "finished": "ran its budget", "values": {"val_return": 7.5}}))
+    out = atari.read_beyondfit(tmp_path)
+    # the last 100 episodes: 30 of row 5, 30 of row 4, 30 of row 3, 10 of row 2
+    assert out["return_last100"] == pytest.approx((30 * 5 + 30 * 4 + 30 * 3 + 10 * 2) / 100)
+    assert out["env_steps"] == 5000 and out["greedy_return"] == 7.5
+    assert out["episodes_averaged"] == 100
