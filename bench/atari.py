@@ -231,10 +231,18 @@ def sb3_child(suite: str, method: str, env_id: str, seed: int, budget: int) -> d
     class Episodes(BaseCallback):
         """Every finished game's Monitor statistics (raw score, all lives)."""
 
+        next_report = max(1, budget // 10)
+
         def _on_step(self) -> bool:
             for info in self.locals["infos"]:
                 if "episode" in info:
                     episodes.append((int(self.num_timesteps), float(info["episode"]["r"])))
+            if self.num_timesteps >= self.next_report:  # a progress line in the run's log
+                self.next_report += max(1, budget // 10)
+                last = [r for _, r in episodes[-LAST:]]
+                print(f"{self.num_timesteps} env steps, {len(episodes)} episodes, last "
+                      f"{len(last)} mean {statistics.fmean(last) if last else float('nan'):.2f}"
+                      f", {time.process_time():.0f} CPU s", flush=True)
             return True
 
     if suite == "atari":
