@@ -421,6 +421,8 @@ def run_beyondfit(suite: str, method: str, game: Game, seed: int, budget: int, w
                   args: argparse.Namespace) -> dict:  # fmt: skip
     """``python -m beyondfit +task=SUITE algo=ALGO ...`` as a subprocess; its run directory."""
     run_dir = work / "run"
+    if run_dir.exists():  # a failed earlier try's: set aside, never resumed into
+        run_dir.rename(work / f"run-{time.strftime('%Y%m%d-%H%M%S')}")
     cmd = beyondfit_command(suite, method, game, seed, budget, run_dir)
     measured = timed(cmd, ROOT, work / "log.txt")
     return {**measured, **read_beyondfit(run_dir), "command": " ".join(["python", *cmd[1:-1]])}
@@ -603,7 +605,11 @@ def main(argv: list[str] | None = None) -> int:
         if method not in METHODS[suite] or game not in SUITES[suite]:
             parser.error(f"--suite {suite}: METHOD in {sorted(METHODS[suite])}, "
                          f"GAME in {sorted(SUITES[suite])}")
-        run_one(args, suite, method, game, int(seed))
+        try:
+            run_one(args, suite, method, game, int(seed))
+        except RuntimeError as exc:
+            failed += 1
+            print(f"{suite} {method} {game} seed {seed} failed: {exc}", file=sys.stderr)
     elif not args.table:
         methods = args.methods.split(",") if args.methods else list(METHODS[suite])
         for method in methods:
