@@ -32,7 +32,7 @@ when there is one.
     python bench/trial_breaks.py --out bench/results/trial-breaks.md
 
 Off-policy checkpoints are doctored the way the trial did: loaded, edited, and sealed again
-with :func:`beyondfit.core.serialization.atomic_save` (the checksum is integrity, not
+with :func:`beyondfit.core.state.serialization.atomic_save` (the checksum is integrity, not
 authenticity), in a copy of a tiny run stopped after a middle checkpoint.
 """
 
@@ -253,7 +253,7 @@ def doctored(kind: str, edit: Callable[[dict[str, Any]], None], at: str | None =
     def run(trial: Trial) -> Outcome:
         import torch
 
-        from beyondfit.core.serialization import atomic_save
+        from beyondfit.core.state.serialization import atomic_save
 
         folder = trial.stopped_run(at or kind, f"{kind}-doctored")
         path = newest(folder)
@@ -526,7 +526,7 @@ def _held_to_memory() -> None:
 
 def _checkpoints_load(run: Path) -> str:
     from beyondfit.core.errors import BeyondfitError
-    from beyondfit.core.serialization import safe_load
+    from beyondfit.core.state.serialization import safe_load
 
     for path in sorted((run / "checkpoints").glob("*.pt")) if (run / "checkpoints").is_dir() \
             else []:
@@ -660,7 +660,7 @@ def play_case(edit: Callable[[Path], None]) -> Callable[[Trial], Outcome]:
 def nan_policy(run: Path) -> None:
     import torch
 
-    from beyondfit.core.serialization import atomic_save
+    from beyondfit.core.state.serialization import atomic_save
 
     state = torch.load(run / "policy.pt", weights_only=True)
     weights = state["model"] if "model" in state else state

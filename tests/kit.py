@@ -547,7 +547,7 @@ def killed_and_resumed(overrides: list[str], steps: int, tmp_path: Path, kill_fr
     from hydra import compose, initialize_config_dir
 
     from beyondfit.cli.run import CONF_DIR, run
-    from beyondfit.core.serialization import safe_load
+    from beyondfit.core.state.serialization import safe_load
 
     ref = tmp_path / "reference"
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -1,7 +1,7 @@
 """Checkpoints of a run: when and where they are written, resuming, and interruptions.
 
 The file format itself (atomic write, safe read) is the engine's
-(:mod:`beyondfit.core.serialization`); this package decides *when* to save, *which* file
+(:mod:`beyondfit.core.state.serialization`); this package decides *when* to save, *which* file
 to resume from (``beyondfit.resume``, the one entry point), and turns Ctrl-C and SIGTERM
 into a checkpoint and a clean exit.
 """

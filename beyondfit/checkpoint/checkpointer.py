@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.monitor import Monitor, check_mode
 from beyondfit.core.options import check_option
-from beyondfit.core.serialization import nonfinite_entries
-from beyondfit.core.state_checks import check_fields
+from beyondfit.core.state.checks import check_fields
+from beyondfit.core.state.serialization import nonfinite_entries
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.checkpoint.checkpointer import CHECKPOINT_DIR, file_step, step_checkpoints
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import CorruptCheckpointError, check_state_fits, safe_load
+from beyondfit.core.state.serialization import CorruptCheckpointError, check_state_fits, safe_load
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine

@@ -16,7 +16,7 @@ import torch
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_option
-from beyondfit.core.position import TrainState
+from beyondfit.core.state.position import TrainState
 
 log = logging.getLogger("beyondfit.core.engine")
 

@@ -23,7 +23,6 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import IO, TYPE_CHECKING, Any
 
-from beyondfit.core import notebook
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.logs import visible_logs
 from beyondfit.core.options import check_option
@@ -95,7 +94,7 @@ def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
     choice = str(check_option("progress_callback.bar", bar)).lower()
     if choice != "auto":
         return choice == "true"
-    if stream is None and notebook.in_notebook():
+    if stream is None and in_notebook():
         return True
     stream = sys.stdout if stream is None else stream
     isatty = getattr(stream, "isatty", None)
@@ -217,9 +216,9 @@ class ProgressBar(ConsoleLogger):
         from tqdm import tqdm  # a dependency; imported here so `import beyondfit` stays light
 
         self.close()
-        self.notebook = self.stream is None and notebook.in_notebook()
-        if self.notebook and notebook.has_widgets():
-            self.bar, self._display = notebook.widget_bar(self._total(engine), engine.global_step,
+        self.notebook = self.stream is None and in_notebook()
+        if self.notebook and has_widgets():
+            self.bar, self._display = widget_bar(self._total(engine), engine.global_step,
                                                   self.refresh)
         else:
             stream = self.stream if self.stream is not None else sys.stdout
@@ -302,7 +301,7 @@ class ProgressBar(ConsoleLogger):
             self._engine = None
         bar, self.bar = self.bar, None
         if bar is not None and self._display is not None:
-            notebook.end_widget_bar(bar, self._display, str(bar) + (f" - {note}" if note else ""))
+            end_widget_bar(bar, self._display, str(bar) + (f" - {note}" if note else ""))
             self._display = None
         elif bar is not None:
             bar.close()
@@ -393,3 +392,58 @@ def _is_console(handler: logging.Handler) -> bool:
         sys.stdout,
         sys.stderr,
     )
+
+
+# ------------------------------------------------------------------ in a Jupyter notebook
+# A notebook saved afterwards keeps each output as it was last drawn; a widget is drawn from its
+# state, which viewers without it (GitHub's included) do not have, so they show the bar stuck at
+# its first drawing, 0%. Replacing the widget's output by the bar's final text line, and closing
+# the widget with its children, leaves a saved notebook that reads correctly anywhere.
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel: stdout is no terminal there, but a bar can be drawn."""
+    if "ipykernel" not in sys.modules:  # never imports IPython itself
+        return False
+    get_ipython = getattr(sys.modules.get("IPython"), "get_ipython", None)
+    return type(get_ipython() if get_ipython else None).__name__ == "ZMQInteractiveShell"
+
+
+def has_widgets() -> bool:
+    """True when tqdm can draw its ipywidgets bar (ipywidgets is installed)."""
+    try:
+        from tqdm.notebook import IProgress
+    except ImportError:
+        return False
+    return IProgress is not None
+
+
+def widget_bar(total: int | None, initial: int, refresh: float) -> tuple[Any, Any]:
+    """A tqdm.notebook bar shown in an output that can be replaced later: the bar, and the
+    display handle (``IPython.display.DisplayHandle``) of that output."""
+    from IPython.display import display
+    from tqdm.notebook import tqdm as notebook_tqdm
+
+    bar = notebook_tqdm(total=total, initial=initial, unit="step", mininterval=refresh,
+                        leave=True, display=False)
+    handle = display(bar.container, display_id=True)
+    bar.displayed = True
+    return bar, handle
+
+
+def close_widget(widget: Any) -> None:
+    """Close an ipywidgets widget with its children, layouts and styles (``close`` alone
+    leaves those open, and a saved notebook keeps the state of every open one)."""
+    for child in getattr(widget, "children", ()):
+        close_widget(child)
+    for part in ("layout", "style"):
+        owned = getattr(widget, part, None)
+        if owned is not None and hasattr(owned, "close"):
+            owned.close()
+    widget.close()
+
+
+def end_widget_bar(bar: Any, handle: Any, final: str) -> None:
+    """Replace the bar's output by ``final`` (plain text), then close the bar and its widget
+    (shown nowhere now: its models are let go)."""
+    handle.update({"text/plain": final}, raw=True)
+    bar.close()
+    close_widget(bar.container)

@@ -27,7 +27,7 @@ from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number
-from beyondfit.core.state_checks import FieldError, check_fields, is_real
+from beyondfit.core.state.checks import FieldError, check_fields, is_real
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine

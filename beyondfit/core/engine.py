@@ -2,8 +2,9 @@
 
 What it is built from and what it offers; the epoch loop is :mod:`beyondfit.core.loop`, one
 micro-batch :mod:`beyondfit.core.step`, where a (resumed) run goes on from
-:mod:`beyondfit.core.position`, and what a checkpoint holds :mod:`beyondfit.core.state`.
-A *step* here is one engine step: ``accumulate`` micro-batches (calls of the loss closure),
+:mod:`beyondfit.core.state.position`, and what a checkpoint holds
+:mod:`beyondfit.core.state.engine_state`. A *step* here is one engine step: ``accumulate``
+micro-batches (calls of the loss closure),
 after which every optimizer due in it steps once. ``global_step``, ``max_steps``,
 ``log_every``, ``eval_every`` and schedulers count steps, never micro-batches.
 """
@@ -20,17 +21,17 @@ from torch import nn
 from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.checks import NonFiniteCheck
-from beyondfit.core.compiled import compile_steps
+from beyondfit.core.compile.compiled import compile_steps
 from beyondfit.core.console import fit_progress
 from beyondfit.core.evaluation import Evaluation
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.loop import EpochLoop
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.options import check_option
-from beyondfit.core.position import Counter, RunPosition
 from beyondfit.core.precision import Precision
 from beyondfit.core.schedules import planned_steps
-from beyondfit.core.state import Checkpointable
+from beyondfit.core.state.engine_state import Checkpointable
+from beyondfit.core.state.position import Counter, RunPosition
 from beyondfit.core.step import Window
 from beyondfit.core.strategy import Strategy
 from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint
@@ -65,7 +66,7 @@ class Engine(Checkpointable):
         device: ``"auto"`` (CUDA, then MPS, then CPU), ``"cpu"``, ``"cuda[:i]"``, ``"mps"``.
         precision: ``"32"``, ``"bf16"`` (autocast) or ``"16"`` (fp16 autocast + GradScaler).
         compile: ``True`` compiles each optimizer's whole step and the evaluation closures
-            (:mod:`beyondfit.core.compiled`: close to the eager numbers, not bitwise);
+            (:mod:`beyondfit.core.compile.compiled`: close to the eager numbers, not bitwise);
             ``"max"`` adds CUDA graphs on a GPU, to the evaluation closures (a training
             step writes weights in place, which CUDA graphs refuse). What cannot be compiled
             runs eagerly, said once; the graphs built are counted in one line at the end of
@@ -149,7 +150,7 @@ class Engine(Checkpointable):
             self.add_callback(callback)
         self.compile_report, programs = compile_steps(
             compile, updates, self.model, self.precision, check.enabled, self.accumulate,
-            self.strategy, self.device)  # core/compiled.py; under DDP only the forward:
+            self.strategy, self.device)  # core/compile/compiled.py; under DDP only the forward:
         self.forward = ForwardPath(self.model, self.strategy, self.compile_report is not None
                                    and self.strategy.is_distributed, wrapped=self._single)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from beyondfit.core.compiled import CompiledUpdate
+from beyondfit.core.compile.compiled import CompiledUpdate
 from beyondfit.core.device import move_to_device
 from beyondfit.core.errors import BeyondfitError, no_val_batches
 from beyondfit.core.forward import ForwardPath

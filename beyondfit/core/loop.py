@@ -3,7 +3,7 @@ code: epochs of steps; after each step its log row, evaluation, step budget and
 ``on_step_end``; after each epoch its row of the history.
 
 It holds no resume branches: which batches an epoch still has, and whether a loaded run had
-stopped, are the run position's to say (:mod:`beyondfit.core.position`); one micro-batch is
+stopped, are the run position's to say (:mod:`beyondfit.core.state.position`); one micro-batch is
 the window's (:mod:`beyondfit.core.step`).
 """
 

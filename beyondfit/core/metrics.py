@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.state_checks import fail, is_count
+from beyondfit.core.state.checks import fail, is_count
 
 
 def is_metric_object(value: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from beyondfit.core.state_checks import fail
+from beyondfit.core.state.checks import fail
 
 
 def seed_everything(seed: int) -> None:

@@ -25,13 +25,13 @@ from typing import Any
 import torch
 
 from beyondfit.core.checks import NonFiniteCheck
-from beyondfit.core.compiled import CompiledUpdate
+from beyondfit.core.compile.compiled import CompiledUpdate
 from beyondfit.core.device import move_to_device
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.metrics import MetricTracker
 from beyondfit.core.outputs import unpack_output
-from beyondfit.core.position import TrainState
 from beyondfit.core.precision import Precision
+from beyondfit.core.state.position import TrainState
 from beyondfit.core.strategy import Strategy
 from beyondfit.core.update import Update
 

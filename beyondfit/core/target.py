@@ -113,7 +113,7 @@ class SlowCopy(nn.Module):
 
     def follow(self, weight: torch.Tensor) -> None:
         """:meth:`update`'s averaging with the blend as a 0-d tensor (``0``: no change), for
-        the compiled step (:mod:`beyondfit.core.compiled`): the counting stays outside the
+        the compiled step (:mod:`beyondfit.core.compile.compiled`): the counting stays outside the
         graph (:meth:`advance`), so the graph never depends on the count."""
         targets, sources = self._pairs if self._pairs is not None else self._tensors()
         for target, source in zip(targets, sources, strict=True):

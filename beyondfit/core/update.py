@@ -34,9 +34,9 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
-from beyondfit.core.optimizer_state import check_optimizer_entry
 from beyondfit.core.options import check_number, check_option
 from beyondfit.core.schedules import scheduler_for, wants_run_length
+from beyondfit.core.state.optimizer import check_optimizer_entry
 
 LossFn = Callable[[nn.Module, Any], Any]
 
@@ -253,7 +253,7 @@ class Update:
 
     def load_state_dict(self, state: dict[str, Any], source: str) -> None:
         """Restore :meth:`state_dict`; another optimizer's state is a clear error, and the
-        saved state is checked first (:mod:`beyondfit.core.optimizer_state`)."""
+        saved state is checked first (:mod:`beyondfit.core.state.optimizer`)."""
         check_optimizer_entry(state, self.optimizer)
         try:
             self.optimizer.load_state_dict(state["optimizer"])

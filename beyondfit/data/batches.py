@@ -16,7 +16,7 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.core.state_checks import FieldError, check_fields
+from beyondfit.core.state.checks import FieldError, check_fields
 
 log = logging.getLogger("beyondfit")
 #: Fewer validation rows than this get a warning: their scores say little.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import with_path
 from beyondfit.core.metrics import finite_or_none
-from beyondfit.core.state_checks import check_fields
+from beyondfit.core.state.checks import check_fields
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine

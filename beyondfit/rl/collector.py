@@ -25,7 +25,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.state_checks import check_fields
+from beyondfit.core.state.checks import check_fields
 from beyondfit.rl import envs as env_api
 from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.normalization import batch_moments

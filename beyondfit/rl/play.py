@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import (
+from beyondfit.core.state.serialization import (
     is_plain_extra_state,
     mismatched_keys,
     nonfinite_entries,

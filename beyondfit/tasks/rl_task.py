@@ -18,7 +18,7 @@ from beyondfit import Task
 from beyondfit.core.callbacks import Callback, Stopwatch
 from beyondfit.core.logs import count
 from beyondfit.core.options import check_number
-from beyondfit.core.serialization import atomic_save
+from beyondfit.core.state.serialization import atomic_save
 from beyondfit.rl.confirm import ConfirmingEvaluation
 from beyondfit.rl.envs import WrapperFn, env_spec
 from beyondfit.rl.evaluate import GreedyEvaluator

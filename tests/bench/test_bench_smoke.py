@@ -209,7 +209,7 @@ def compile_bench(monkeypatch):
     its code paths in seconds; the timings are the bench's own business."""
     import torch
 
-    from beyondfit.core import graphs
+    from beyondfit.core.compile import graphs
 
     real = torch.compile
     monkeypatch.setattr(graphs, "inductor", lambda gm, example_inputs, patches: gm.forward)

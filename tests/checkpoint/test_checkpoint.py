@@ -18,7 +18,7 @@ from torch import nn
 from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
 from beyondfit.checkpoint import config_changes, step_checkpoints
 from beyondfit.checkpoint.resume import resume_candidates, resume_run_dir
-from beyondfit.core.serialization import CorruptCheckpointError, safe_load
+from beyondfit.core.state.serialization import CorruptCheckpointError, safe_load
 
 import kit
 
@@ -232,7 +232,7 @@ def test_a_failed_write_leaves_the_previous_checkpoint_intact(
         f.write(before[:100])  # type: ignore[attr-defined]
         raise OSError("disk full")
 
-    monkeypatch.setattr("beyondfit.core.serialization.torch.save", dies_half_way)
+    monkeypatch.setattr("beyondfit.core.state.serialization.torch.save", dies_half_way)
     with pytest.raises(OSError):
         ckpt.save(engine)  # the same step: would replace the file
     assert path.read_bytes() == before
@@ -246,7 +246,7 @@ def test_a_write_torch_reports_as_a_runtime_error_is_the_os_error_naming_the_fil
     """A full disk (or a file-size limit) under torch's zip writer surfaces as a RuntimeError
     ("unexpected pos") raised while handling the write's OSError, which names no file: issue
     29's full disk was two lines and no path. atomic_save raises the OSError, naming the file."""
-    from beyondfit.core import serialization
+    from beyondfit.core.state import serialization
 
     ckpt = Checkpointer(tmp_path, every=None, monitor=None)
     engine, data = engine_and_data(callbacks=(ckpt,))

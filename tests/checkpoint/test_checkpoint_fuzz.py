@@ -16,7 +16,7 @@ import torch
 
 from beyondfit import BeyondfitError, Checkpointer, Engine, TensorBatches, resume
 from beyondfit.checkpoint import step_checkpoints
-from beyondfit.core.serialization import TRAILER_SIZE, CorruptCheckpointError, safe_load
+from beyondfit.core.state.serialization import TRAILER_SIZE, CorruptCheckpointError, safe_load
 
 import kit
 

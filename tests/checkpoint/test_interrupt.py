@@ -15,7 +15,7 @@ import torch
 from beyondfit import BeyondfitError, Callback, Checkpointer, Engine, TensorBatches, resume
 from beyondfit.checkpoint import step_checkpoints
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 
 import kit
 from kit import SendSignal
@@ -31,7 +31,7 @@ def engine_and_data(callbacks: list[Callback]) -> tuple[Engine, TensorBatches]:
 def child(folder: str) -> None:
     """Run in a subprocess: Ctrl-C at step 4, and Ctrl-C again in the middle of writing the
     checkpoint it asked for. The process must exit 130 at once."""
-    import beyondfit.core.serialization as checkpoint_module
+    import beyondfit.core.state.serialization as checkpoint_module
 
     real_save = torch.save
     ckpt = Checkpointer(folder, every=2, keep=5, monitor=None)

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from beyondfit.checkpoint import step_checkpoints
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 
 from kit import QUIET, SEED, cli, launch, rows, stop_at
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from beyondfit.core.serialization import atomic_save
+from beyondfit.core.state.serialization import atomic_save
 
 from kit import cli
 

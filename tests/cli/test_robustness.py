@@ -23,7 +23,7 @@ from torch import nn
 from beyondfit import BeyondfitError, Checkpointer, resume
 from beyondfit.checkpoint import step_checkpoints
 from beyondfit.cli.rundir import LOCK_FILE, claim_run_dir, os_error_line, release_run_dir
-from beyondfit.core.serialization import nonfinite_entries, safe_load
+from beyondfit.core.state.serialization import nonfinite_entries, safe_load
 
 import kit
 from kit import cli_batch, one_line_exit_2

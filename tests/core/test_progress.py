@@ -189,7 +189,7 @@ def notebook(monkeypatch: pytest.MonkeyPatch) -> list[Output]:
         outputs[-1].shown.append(obj)
         return outputs[-1]
 
-    monkeypatch.setattr("beyondfit.core.notebook.in_notebook", lambda: True)
+    monkeypatch.setattr("beyondfit.core.console.in_notebook", lambda: True)
     monkeypatch.setattr("IPython.display.display", display)
     return outputs
 
@@ -223,7 +223,7 @@ def test_a_notebook_without_ipywidgets_gets_the_text_bar_alone(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="beyondfit")
-    monkeypatch.setattr("beyondfit.core.notebook.has_widgets", lambda: False)
+    monkeypatch.setattr("beyondfit.core.console.has_widgets", lambda: False)
     linear_engine([]).fit(data(), epochs=2)
     assert notebook == []  # no widget
     shown = capsys.readouterr().out

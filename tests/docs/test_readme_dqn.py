@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 
 from kit import cli, readme_block, rows
 

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import atomic_save, safe_load
+from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
 from beyondfit.rl.agents import QAgent
 from beyondfit.rl.envs import make_vector_env

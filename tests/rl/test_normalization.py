@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 from beyondfit.rl import ActorCritic, RolloutCollector, make_vector_env, ppo_loss
 from beyondfit.rl.kl_stop import TargetKL
 from beyondfit.rl.normalization import (

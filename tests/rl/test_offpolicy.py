@@ -15,7 +15,7 @@ from torch import nn
 
 from beyondfit import Engine, Update
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import atomic_save, safe_load
+from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
 from beyondfit.rl.agents import OffPolicyAgent, VectorizedLinear
 from beyondfit.rl.algorithm import OffPolicyUpdate, Target

@@ -1,5 +1,5 @@
 """A replay collector's saved state is checked whole before anything changes
-(``beyondfit/rl/offpolicy_state.py`` and the buffer's own ``load_state_dict``): each doctored
+(``beyondfit/rl/offpolicy.py`` and the buffer's own ``load_state_dict``): each doctored
 entry an adversarial trial re-sealed into a checkpoint is one line naming it, and the collector
 it was offered to is left as it was."""
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.serialization import atomic_save, safe_load
+from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector

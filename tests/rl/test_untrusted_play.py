@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from beyondfit import BeyondfitError
-from beyondfit.core.serialization import atomic_save
+from beyondfit.core.state.serialization import atomic_save
 from beyondfit.rl.play import load_policy, play
 from beyondfit.rl.policies import ActorCritic
 

@@ -18,7 +18,7 @@ from hydra import compose, initialize_config_dir
 from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
 from beyondfit.core.engine import Engine
 from beyondfit.core.seeding import seed_everything
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 
 pytest.importorskip("Box2D", reason='the box2d extra: pip install -e ".[box2d]"')
 pytest.importorskip("mujoco", reason='the mujoco extra: pip install -e ".[mujoco]"')

@@ -1,4 +1,4 @@
-"""What the compiled step asks of inductor per graph (beyondfit.core.inductor_options): the
+"""What the compiled step asks of inductor per graph (beyondfit.core.compile.inductor_options): the
 settings per device, the scalars-once pass on a traced graph, and, compiled for real, that a
 CPU graph computes what the eager code computes."""
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from beyondfit.core import graphs, inductor_options
-from beyondfit.core.inductor_options import REALIZE, mark_scalars_once
-from beyondfit.core.traced_optimizer import raw_step
+from beyondfit.core.compile import graphs, inductor_options
+from beyondfit.core.compile.inductor_options import REALIZE, mark_scalars_once
+from beyondfit.core.compile.traced_optimizer import raw_step
 
 
 def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks() -> None:

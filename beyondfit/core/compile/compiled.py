@@ -14,8 +14,8 @@ For every :class:`~beyondfit.core.update.Update`, :class:`CompiledUpdate` traces
         the closure compiled where it can be (graph breaks around what cannot be traced, a
         metric object's ``update``) -> eager backward -> the same graph from the rescale on
 
-An optimizer training many values (:data:`~beyondfit.core.traced_optimizer.KERNEL_FROM`) with
-a fused kernel in torch runs that kernel after the graph instead, told the flag as a GradScaler
+An optimizer training many values (:data:`~beyondfit.core.compile.traced_optimizer.KERNEL_FROM`)
+with a fused kernel in torch runs that kernel after the graph instead, told the flag as a GradScaler
 tells it. A non-finite step thus never changes a weight, a moment or a target; the host reads
 the flag after the graph (as the eager step reads its one scalar) only to raise or count the
 skip. Outside the graphs, by design: which optimizers are due (``every=``), that one read, the
@@ -39,11 +39,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.graphs import CompileReport, CountedCompile, compile_mode, log, reason
-from beyondfit.core.precision import Precision
-from beyondfit.core.target import SlowCopy
-from beyondfit.core.traced_optimizer import (
+from beyondfit.core.compile.graphs import CompileReport, CountedCompile, compile_mode, log, reason
+from beyondfit.core.compile.traced_optimizer import (
     PinnedLearningRates,
     has_step_hooks,
     kernel_step,
@@ -53,6 +50,9 @@ from beyondfit.core.traced_optimizer import (
     steps_with_kernel,
     traced_unfused,
 )
+from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.precision import Precision
+from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update
 
 

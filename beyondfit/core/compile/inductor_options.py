@@ -1,6 +1,6 @@
 """What the compiled step asks of inductor for each graph it builds, and why (each measured).
 
-:func:`patches` is the config one graph compiles under (:class:`~beyondfit.core.graphs.
+:func:`patches` is the config one graph compiles under (:class:`~beyondfit.core.compile.graphs.
 CountedCompile` passes it to inductor). On a CPU it changes how the generated code runs, never
 what it computes: the numbers stay those of the traced closure and optimizer, rounded as
 inductor rounds them.

@@ -10,8 +10,8 @@ from typing import Any
 
 import torch
 
-from beyondfit.core.serialization import nonfinite_entries
-from beyondfit.core.state_checks import FieldError, fail, is_count, is_real
+from beyondfit.core.state.checks import FieldError, fail, is_count, is_real
+from beyondfit.core.state.serialization import nonfinite_entries
 
 #: Optimizer state entries that have their parameter's shape (torch's optimizers).
 PARAM_SHAPED = frozenset({"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer",

@@ -3,11 +3,11 @@
 A checkpoint's checksum proves it is the file that was written, not who wrote it: a file
 edited and re-sealed passes it. So every stateful object checks what it is given to load, in
 its own ``load_state_dict``, for type, range, shape and finiteness (the counters
-:class:`~beyondfit.core.position.TrainState`, an optimizer's state
-:func:`~beyondfit.core.optimizer_state.check_optimizer_entry`, the metric sums, the RNG states,
+:class:`~beyondfit.core.state.position.TrainState`, an optimizer's state
+:func:`~beyondfit.core.state.optimizer.check_optimizer_entry`, the metric sums, the RNG states,
 a data source's position, a callback's state), and raises :class:`FieldError` naming the
-field; the engine's restore (:mod:`beyondfit.core.state`) puts everything back and says it in
-one line. These helpers say what a saved value may be.
+field; the engine's restore (:mod:`beyondfit.core.state.engine_state`) puts everything back and says
+it in one line. These helpers say what a saved value may be.
 """
 
 from __future__ import annotations

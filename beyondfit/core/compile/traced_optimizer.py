@@ -1,4 +1,4 @@
-"""The optimizer as the compiled step (:mod:`beyondfit.core.compiled`) traces it: its step
+"""The optimizer as the compiled step (:mod:`beyondfit.core.compile.compiled`) traces it: its step
 without torch's wrappers, whether hooks forbid tracing it, and its step counts on the device
 its parameters are on."""
 
@@ -24,8 +24,9 @@ def raw_step(optimizer: torch.optim.Optimizer) -> Callable[[torch.optim.Optimize
 #: after the graph, instead of inside it (where inductor fuses the update with the clipping
 #: and the masked commit, and no ``optimizer.step()`` call from Python costs ~120 us). Since
 #: a CPU graph computes Adam's bias corrections once
-#: (:func:`~beyondfit.core.inductor_options.mark_scalars_once`), the graph is as fast or faster
-#: up to millions of values; measured per step on a CPU, in the graph against the kernel, x the
+#: (:func:`~beyondfit.core.compile.inductor_options.mark_scalars_once`), the graph is as fast or
+#: faster up to millions of values; measured per step on a CPU, in the graph against the kernel, x
+#: the
 #: raw loop: Adam on a 670k-value MLP 0.79x against 0.81x, on 1.9M values 0.76x against 0.78x,
 #: on 5.8M 0.74x against 0.75x; SGD with momentum on 670k 0.76x against 0.79x, on 5.8M 0.75x
 #: against 0.73x. (Before that pass the kernel won from ~2^18 values on.)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from beyondfit import BeyondfitError, Callback
-from beyondfit.core.serialization import safe_load
+from beyondfit.core.state.serialization import safe_load
 
 from kit import make_engine, sum_batches
 

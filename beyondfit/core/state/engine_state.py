@@ -1,5 +1,5 @@
 """What a checkpoint holds of an engine, and its restore: whole or not at all
-(:class:`Checkpointable`). Where the run goes on from is :mod:`beyondfit.core.position`'s."""
+(:class:`Checkpointable`). Where the run goes on from is :mod:`beyondfit.core.state.position`'s."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ import torch
 from beyondfit.core.callbacks import state_key
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
-from beyondfit.core.serialization import (
+from beyondfit.core.state.checks import FieldError, fail, is_real
+from beyondfit.core.state.serialization import (
     atomic_save,
     check_state_fits,
     is_plain_extra_state,
     nonfinite_entries,
     safe_load,
 )
-from beyondfit.core.state_checks import FieldError, fail, is_real
 
 
 class Checkpointable:
@@ -120,7 +120,7 @@ class Checkpointable:
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
                 with _part(f"callbacks.{key}"):
                     cb.load_state_dict(saved_callbacks[key])
-        with _part("data"):  # the next fit goes on from here (core/position.py)
+        with _part("data"):  # the next fit goes on from here (core/state/position.py)
             self.position.restored(state.get("stopped_by"), state.get("data"), self.train_data)
 
     def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:

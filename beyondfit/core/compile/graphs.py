@@ -2,8 +2,8 @@
 
 :class:`CountedCompile` is ``torch.compile`` with inductor behind a counter, so that a run
 can say at its end how many graphs it built and how many times it recompiled
-(:class:`CompileReport`); the compiled step (:mod:`beyondfit.core.compiled`) builds its graphs
-with it.
+(:class:`CompileReport`); the compiled step (:mod:`beyondfit.core.compile.compiled`) builds its
+graphs with it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from beyondfit.core.inductor_options import patches
+from beyondfit.core.compile.inductor_options import patches
 from beyondfit.core.logs import count
 from beyondfit.core.options import check_option
 

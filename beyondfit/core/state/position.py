@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from beyondfit.core.state_checks import MAX_COUNT, fail, is_count
+from beyondfit.core.state.checks import MAX_COUNT, fail, is_count
 
 
 @dataclass

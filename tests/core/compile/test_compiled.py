@@ -1,4 +1,4 @@
-"""``compile=True``: each optimizer's whole step compiled (``beyondfit.core.compiled``).
+"""``compile=True``: each optimizer's whole step compiled (``beyondfit.core.compile.compiled``).
 
 Most tests trace with dynamo but run the traced graphs as they are (the ``traced`` fixture
 swaps inductor for the graph's own forward): what is checked is ours, what the graphs contain
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError, Engine, TensorBatches, Update
-from beyondfit.core import graphs, inductor_options, traced_optimizer
+from beyondfit.core.compile import graphs, inductor_options, traced_optimizer
 from beyondfit.core.schedules import cosine
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
@@ -434,7 +434,7 @@ def test_cuda_graphs_are_asked_for_evaluation_graphs_only(monkeypatch) -> None:
     for a training graph (it writes weights in place: CUDA graphs refuse it, and torch 2.11
     crashed after refusing). The choice is made on the host; here on a CPU, with the flag a
     CUDA device would set."""
-    from beyondfit.core import compiled
+    from beyondfit.core.compile import compiled
 
     patches: list[object] = []
     monkeypatch.setattr(graphs, "inductor",
@@ -458,7 +458,7 @@ def test_cuda_graphs_are_asked_for_evaluation_graphs_only(monkeypatch) -> None:
 def test_max_on_cuda_says_cuda_graphs_are_for_evaluation_only(monkeypatch, caplog) -> None:
     from types import SimpleNamespace
 
-    from beyondfit.core import compiled
+    from beyondfit.core.compile import compiled
 
     made = []
     monkeypatch.setattr(compiled, "CompiledUpdate", lambda *args: made.append(args))

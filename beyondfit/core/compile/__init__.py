@@ -1,0 +1,5 @@
+"""The compiled step (``Engine(compile=True)``): each optimizer's update traced as one graph
+(:mod:`.compiled`), the optimizer as the graph traces it (:mod:`.traced_optimizer`), what the
+step asks of inductor (:mod:`.inductor_options`) and ``torch.compile`` with its compilations
+counted and reported (:mod:`.graphs`). Every private torch surface the package relies on lives
+in this folder."""
