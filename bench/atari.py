@@ -331,7 +331,7 @@ def run_sb3(suite: str, method: str, game: Game, seed: int, budget: int, work: P
     return {**measured, **summary(child["episodes"], child["env_steps"]),
             "return_source": "SB3 Monitor (innermost): raw score of a whole game",
             "torch_threads": child["torch_threads"], "settings": {**settings, **extra},
-            "zoo_commit": ZOO_COMMIT, "command": " ".join(cmd[1:6])}
+            "zoo_commit": ZOO_COMMIT, "child_command": " ".join(["python", *cmd[1:]])}
 
 
 def cleanrl_returns(stdout: str) -> list[tuple[int, float]]:
@@ -502,6 +502,9 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
     print(f"{path.stem}: running (log {work / 'log.txt'})", file=sys.stderr, flush=True)
     g = SUITES[suite][game]
     out = RUNNERS[method](suite, method, g, seed, budget, work, args)
+    default = budget == METHODS[suite][method][1]
+    out.update(bench_command=f"python bench/atari.py --suite {suite} --run {method} {game} "
+               f"{seed}" + ("" if default else f" --budget {budget}"))
     out.update(suite=suite, method=method, game=game, env=g.env, seed=seed, budget=budget,
                env_steps_per_cpu_second=out["env_steps"] / out["cpu_seconds"],
                versions=versions(), commit=_commit(), machine=platform.machine(),

@@ -37,7 +37,7 @@ def smoke_lines(module) -> list[str]:
 
 
 FIELDS = {"return_last100", "episodes", "env_steps", "cpu_seconds", "wall_seconds",
-          "peak_rss_mib", "env_steps_per_cpu_second", "versions", "settings", "command",
+          "peak_rss_mib", "env_steps_per_cpu_second", "versions", "settings", "bench_command",
           "return_source", "curve", "seed", "budget", "suite", "method", "game"}
 
 
