@@ -20,7 +20,7 @@ from beyondfit.core.logs import count
 from beyondfit.core.options import check_number
 from beyondfit.core.state.serialization import atomic_save
 from beyondfit.rl.confirm import ConfirmingEvaluation
-from beyondfit.rl.envs import WrapperFn, env_spec
+from beyondfit.rl.envs import MAX_ENVS, WrapperFn, env_spec
 from beyondfit.rl.evaluate import GreedyEvaluator
 
 if TYPE_CHECKING:
@@ -33,11 +33,23 @@ if TYPE_CHECKING:
 
 def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
     """An RL task's env and episode counts (``task.num_envs``, ``task.total_env_steps``, ...):
-    each a positive whole number; ``confirm_episodes`` may be 0 (no confirming evaluation)."""
+    each a positive whole number; ``confirm_episodes`` may be 0 (no confirming evaluation).
+
+    The greedy evaluations play their episodes at once, one env copy each: ``eval_episodes``
+    and ``confirm_episodes`` are bounded as ``num_envs`` is, by their own key and before any
+    env is built (the confirming evaluation's envs are made only at the run's end)."""
     for name, value in counts.items():
-        check_number(f"task.{name}", value, integer=True, above=0, example=f"task.{name}=8")
+        bound = MAX_ENVS if name in _ENV_COPIES else None
+        check_number(f"task.{name}", value, integer=True, above=0, at_most=bound,
+                     example=f"task.{name}={_EXAMPLES.get(name, 8)}")
     check_number("task.confirm_episodes", confirm_episodes, integer=True, at_least=0,
+                 at_most=MAX_ENVS,
                  example="task.confirm_episodes=100 (0: no confirming evaluation)")
+
+
+#: The counts that are env copies run at once.
+_ENV_COPIES = ("num_envs", "eval_episodes")
+_EXAMPLES = {"eval_episodes": 20, "total_env_steps": 100000, "eval_every_env_steps": 2048}
 
 
 def rl_task(
