@@ -270,6 +270,9 @@ def config_error_line(exc: BaseException) -> str | None:
     if omega is None and hydra_exc is None:
         return None
     override = _override_of(str(hydra_exc or ""))
+    added = _needs_plus(str(hydra_exc or ""))
+    if added:
+        return added
     if omega is not None:
         line = _omegaconf_line(omega, override)
         if line:
@@ -304,7 +307,7 @@ def _omegaconf_line(exc: Any, override: str) -> str | None:
     if missing:  # ConfigKeyError or ConfigAttributeError, by how the key was reached
         name = missing.group(1)
         section = key.rpartition(".")[0] if key.endswith(name) else key
-        return _unknown_key(section, name)
+        return _unknown_key(section, name, _root(exc))
     section_name = override.partition("=")[0].lstrip("+~")
     if section_name in _SECTIONS and section_name and (
         isinstance(exc, ConfigTypeError) or "is not a subclass of" in message
@@ -320,11 +323,37 @@ def _omegaconf_line(exc: Any, override: str) -> str | None:
     return None
 
 
-def _unknown_key(section: str, name: str) -> str:
+def _needs_plus(text: str) -> str | None:
+    """``task=cartpole`` where ``+task=cartpole`` was meant: Hydra can only override a group
+    the defaults list already picks, and ``config.yaml`` picks no task (nor experiment, search
+    or debug preset)."""
+    match = re.search(r"Could not override '([^']+)'\. No match in the defaults list", text)
+    if match is None:
+        return None
+    group = match.group(1)
+    plus = re.search(r"use (\+\S+)", text)
+    typed = plus.group(1) if plus else f"+{group}=NAME"
+    return (f"{typed[1:]!r}: write {typed} (with the +); nothing picks a {group} by default, "
+            "so one is added, not overridden")
+
+
+def _root(exc: Any) -> Any:
+    """The whole composed config an OmegaConf error was raised in (``None`` if unknown)."""
+    node = getattr(exc, "parent_node", None)
+    try:
+        return node._get_root() if node is not None else None
+    except Exception:  # only a hint is lost
+        return None
+
+
+def _unknown_key(section: str, name: str, root: Any = None) -> str:
+    """The line for an unknown key: the closest existing keys (``difflib`` over the schema's
+    fields, or over the composed config's keys in the free-form sections); a learning rate
+    anywhere but where it lives points there."""
     schema = _SECTIONS.get(section)
     full = f"{section}.{name}" if section else name
     if schema is None:
-        return f"unknown key {full!r}; add a new key with +{full}=VALUE"
+        return _unknown_free_key(section, name, root)
     known = [f.name for f in fields(schema)]
     if section == "":
         known = [n for n in known if n not in _FREE_FORM]
@@ -332,6 +361,88 @@ def _unknown_key(section: str, name: str) -> str:
     hint = f"did you mean {section + '.' if section else ''}{close[0]}? " if close else ""
     where = f"{section} options" if section else "top-level keys"
     return f"unknown key {full!r}; {hint}{where}: {', '.join(sorted(known))}"
+
+
+#: What a learning rate is called where it does not live (difflib finds the misspellings).
+_LEARNING_RATE = ("lr", "learning_rate", "learningrate", "lrate", "learn_rate", "step_size")
+
+
+def _unknown_free_key(section: str, name: str, root: Any) -> str:
+    """An unknown key in a free-form section (``task``, ``optimizer``, ...): its closest keys
+    in the composed config ``root``; a new key with ``+`` only when none is close."""
+    full = f"{section}.{name}" if section else name
+    keys = _config_keys(root)
+    lowered = name.lower().replace("-", "_")
+    if lowered in _LEARNING_RATE or difflib.get_close_matches(lowered, _LEARNING_RATE, cutoff=0.8):
+        return f"unknown key {full!r}; {_learning_rate_hint(section, keys, root)}"
+    close = _closest(section, name, keys)
+    if close:
+        return (f"unknown key {full!r}; did you mean {' or '.join(close)}? (a new option of "
+                f"your own instead: +{full}=VALUE)")
+    return f"unknown key {full!r}; add a new key with +{full}=VALUE"
+
+
+def _learning_rate_hint(section: str, keys: list[str], root: Any) -> str:
+    """Where the learning rate lives: ``optimizer.lr``, or for one update of several (the
+    off-policy algorithms) ``task.optimizers.NAME.lr``."""
+    if section.startswith("task.optimizers.") and section.count(".") == 2:
+        return f"did you mean {section}.lr? (this update's own learning rate)"
+    now = _value(root, "optimizer.lr")
+    said = f" (now {now})" if now is not None else ""
+    if section == "optimizer":
+        hint = f"did you mean optimizer.lr?{said}"
+    else:
+        hint = f"the learning rate lives in the optimizer group: optimizer.lr=VALUE{said}"
+    task = root.get("task") if root is not None else None
+    if task is not None and ("optimizers" in task or str(
+            task.get("_target_", "")).endswith("offpolicy.build")):
+        named = [k.split(".")[2] for k in keys if k.count(".") == 2
+                 and k.startswith("task.optimizers.")]
+        example = named[0] if named else "NAME"
+        hint += (f"; one update's own, of several: task.optimizers.{example}.lr=VALUE "
+                 "(NAME as in the update's logged NAME/loss)")
+    return hint
+
+
+def _closest(section: str, name: str, keys: list[str]) -> list[str]:
+    """Up to two existing keys close to ``section.name``: a misspelt name in the same section,
+    else the same (or a close) name in another section."""
+    siblings = [k.rpartition(".")[2] for k in keys if k.rpartition(".")[0] == section]
+    prefix = f"{section}." if section else ""
+    near = [prefix + m for m in difflib.get_close_matches(name, siblings, n=2, cutoff=0.7)]
+    if near:
+        return near
+    by_name: dict[str, list[str]] = {}
+    for key in keys:
+        by_name.setdefault(key.rpartition(".")[2], []).append(key)
+    for match in difflib.get_close_matches(name, list(by_name), n=2, cutoff=0.85):
+        near += by_name[match]
+    return near[:2]
+
+
+def _config_keys(root: Any, prefix: str = "") -> list[str]:
+    """Every dotted key of the composed config (sections too), Hydra's own left out; no
+    interpolation is resolved."""
+    if not isinstance(root, DictConfig):
+        return []
+    found = []
+    for name in root.keys():
+        key = f"{prefix}{name}"
+        if key == "hydra":
+            continue
+        found.append(key)
+        found += _config_keys(root._get_node(name), f"{key}.")
+    return found
+
+
+def _value(root: Any, key: str) -> Any:
+    """``root``'s value at ``key`` as the user would read it, ``None`` if it has none."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.select(root, key, throw_on_missing=False)
+    except Exception:  # an interpolation that cannot resolve: no value shown
+        return None
 
 
 def _expected(key: str) -> str:
