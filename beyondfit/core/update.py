@@ -36,7 +36,8 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor
 from beyondfit.core.options import check_number, check_option
 from beyondfit.core.schedules import scheduler_for, wants_run_length
-from beyondfit.core.state.optimizer import check_optimizer_entry
+from beyondfit.core.state.checks import fail, is_count
+from beyondfit.core.state.optimizer import BuiltWith, check_optimizer_entry, implied_lrs
 
 LossFn = Callable[[nn.Module, Any], Any]
 
@@ -122,6 +123,8 @@ class Update:
         self.optimizer: torch.optim.Optimizer = None  # type: ignore[assignment]
         self.scheduler: Any = None
         self._scheduler_state: Any = None  # loaded before a run-length scheduler was built
+        self._schedule_steps: int | None = None  # the run length it is (to be) built over
+        self._built: BuiltWith | None = None  # what a checkpoint's settings must agree with
         self.steps = 0  # times this optimizer stepped (saved in checkpoints)
         self.prefix = f"{name}/" if name else ""
 
@@ -177,6 +180,7 @@ class Update:
         if not self.params:
             raise BeyondfitError(self._where("has no parameter with requires_grad=True"))
         self.scheduler = self._own(scheduler_for(self._scheduler_arg, self.optimizer))
+        self._built = BuiltWith.of(self.optimizer, self.scheduler, self.needs_run_length)
         if self.plateau:
             self.tracked = Monitor(self.monitor, owner="ReduceLROnPlateau",
                                    fix="set the Update's monitor= to one of them")
@@ -188,15 +192,26 @@ class Update:
 
     def schedule_over(self, total_steps: int) -> None:
         """Build the scheduler over ``total_steps`` optimizer steps (``fit``, once the data is
-        sharded); after a resume it continues from the checkpoint's scheduler state."""
-        lrs = [group["lr"] for group in self.optimizer.param_groups]
+        sharded); after a resume it continues from the checkpoint's scheduler state, at the
+        learning rate this schedule gives there (the checkpoint's, unless the run was extended
+        since: ``resume_extend`` goes on along the longer schedule)."""
+        loaded = [{k: v for k, v in group.items() if k != "params"}
+                  for group in self.optimizer.param_groups]
         self.scheduler = self._own(self._scheduler_arg(self.optimizer, total_steps=total_steps))
+        self._built = BuiltWith.of(self.optimizer, self.scheduler)
+        self._schedule_steps = total_steps
         if self._scheduler_state is not None:
-            # A scheduler sets its first LR when built: put back the checkpoint's.
-            for group, lr in zip(self.optimizer.param_groups, lrs, strict=True):
-                group["lr"] = lr
+            # A scheduler sets its first LR (OneCycle its momentum too) when built: put back
+            # the checkpoint's.
+            for group, settings in zip(self.optimizer.param_groups, loaded, strict=True):
+                group.update(settings)
             self.scheduler.load_state_dict(self._scheduler_state)
             self._scheduler_state = None
+            implied = implied_lrs(self.scheduler, self.scheduler.state_dict())
+            if implied is not None:
+                for group, lr in zip(self.optimizer.param_groups, implied, strict=True):
+                    group["lr"] = lr
+                self.scheduler._last_lr = list(implied)
 
     @property
     def plateau(self) -> bool:
@@ -243,18 +258,27 @@ class Update:
 
     def state_dict(self) -> dict[str, Any]:
         """Optimizer, scheduler and step count, as the user's objects hold them (the compiled
-        step lends tensor learning rates to its graphs only while they run)."""
+        step lends tensor learning rates to its graphs only while they run), and the run length
+        a run-length scheduler was built over."""
         state: dict[str, Any] = {"optimizer": self.optimizer.state_dict(), "steps": self.steps}
         if self.scheduler is not None:
             state["scheduler"] = self.scheduler.state_dict()
         elif self._scheduler_state is not None:  # loaded, not yet built: kept as it was
             state["scheduler"] = self._scheduler_state
+        if self._schedule_steps is not None:
+            state["schedule_steps"] = self._schedule_steps
         return state
 
     def load_state_dict(self, state: dict[str, Any], source: str) -> None:
         """Restore :meth:`state_dict`; another optimizer's state is a clear error, and the
-        saved state is checked first (:mod:`beyondfit.core.state.optimizer`)."""
-        check_optimizer_entry(state, self.optimizer)
+        saved state is checked first, against the settings this Update's optimizer and
+        scheduler were built with (:mod:`beyondfit.core.state.optimizer`)."""
+        pending = self.needs_run_length
+        total = state.get("schedule_steps")
+        if total is not None and not is_count(total, 1):
+            raise fail("schedule_steps", total, "a whole number of steps >= 1")
+        check_optimizer_entry(state, self.optimizer,
+                              self._schedule_probe(total) if pending else self._built)
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except (ValueError, KeyError, TypeError) as exc:
@@ -264,9 +288,27 @@ class Update:
             ) from None
         if self.scheduler is not None and "scheduler" in state:
             self.scheduler.load_state_dict(state["scheduler"])
-        elif self.needs_run_length and "scheduler" in state:
-            self._scheduler_state = state["scheduler"]
+        elif pending:
+            self._scheduler_state = state.get("scheduler")
+            self._schedule_steps = total
         self.steps = int(state.get("steps", 0))
+
+    def _schedule_probe(self, total_steps: int | None) -> BuiltWith | None:
+        """For a run-length scheduler not built yet: one built as the run builds it, over the
+        run length the checkpoint was written with, on a scratch optimizer of the same kind
+        (what its state is checked against); without that length, what the optimizer was
+        built with."""
+        built = self._built
+        if built is None or total_steps is None:
+            return built
+        probe = built.probe()
+        if probe is None:
+            return built
+        try:
+            scheduler = self._scheduler_arg(probe, total_steps=total_steps)
+        except Exception:  # a length its own checks refuse: nothing to compare with
+            return built
+        return BuiltWith.of(probe, scheduler)
 
     def describe(self) -> str:
         """`` 'NAME'`` for messages (empty for the one optimizer of a plain engine)."""

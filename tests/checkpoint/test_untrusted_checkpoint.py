@@ -89,6 +89,16 @@ FORGERIES = {
                        "exp_avg_sq holds values that are not finite"),
     "string learning rate": (setter("updates", "", "optimizer", "param_groups", 0, "lr",
                                     value="0.1"), "param_groups[0].lr='0.1' is not a number"),
+    # Settings the optimizer and scheduler would take from the file instead of the run's
+    # configuration (issue 47: these trained, silently wrong, with exit 0).
+    "negative learning rate": (setter("updates", "", "optimizer", "param_groups", 0, "lr",
+                                      value=-1.0), "param_groups[0].lr=-1.0 is not a learning"),
+    "maximize": (setter("updates", "", "optimizer", "param_groups", 0, "maximize", value=True),
+                 "param_groups[0].maximize=True but this run's AdamW was built with False"),
+    "negative eps": (setter("updates", "", "optimizer", "param_groups", 0, "eps", value=-1.0),
+                     "param_groups[0].eps=-1.0 but this run's AdamW was built with 1e-08"),
+    "scheduler's base learning rate": (setter("updates", "", "scheduler", "base_lrs",
+                                              value=[1.0]), "scheduler.base_lrs=[1.0] but"),
     "string best": (setter("callbacks", "EarlyStopping", "best", value="0.5"),
                     "callbacks.EarlyStopping: best='0.5' is not a number"),
     "string checkpointer best": (setter("callbacks", "Checkpointer", "best", value="low"),
