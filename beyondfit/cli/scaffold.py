@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import keyword
+import re
 import sys
 from pathlib import Path
 from string import Template
@@ -40,14 +41,37 @@ def targets(name: str, root: Path) -> dict[str, Path]:
     }
 
 
+#: The longest task name: it names three files (``tests/test_NAME.py`` the longest), which
+#: most file systems cap at 255 bytes, and a command line a user types.
+MAX_NAME = 100
+#: Words Hydra's override grammar reads as values, whatever their case: ``+task=null`` is no
+#: task and ``+task=true`` a boolean, never the file ``conf/task/true.yaml``.
+HYDRA_WORDS = ("true", "false", "null", "nan", "inf")
+
+
 def check_name(name: str, root: Path) -> None:
-    """Raise :class:`BeyondfitError` unless ``name`` can be a module and a task name here."""
+    """Raise :class:`BeyondfitError` unless ``name`` can be a module and a task name here, one
+    that ``+task=NAME`` selects: ASCII letters, digits and ``_`` (Hydra's grammar reads no
+    other letter in a bare value), not starting with a digit, at most :data:`MAX_NAME`
+    characters, no Python keyword and no word Hydra reads as a value."""
     from beyondfit.cli.configs import available
 
-    if not name.isidentifier() or keyword.iskeyword(name):
+    shown = repr(name) if len(name) <= 60 else f"{name[:40]!r}... ({len(name)} characters)"
+    if len(name) > MAX_NAME:
         raise BeyondfitError(
-            f"task name {name!r} must be a Python identifier (letters, digits, _; not starting "
-            "with a digit): it is also the name of its module, e.g. my_task"
+            f"task name {shown} is longer than {MAX_NAME} characters: it names its files "
+            "(tests/test_NAME.py) and is typed in +task=NAME; choose a shorter one, e.g. my_task"
+        )
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or keyword.iskeyword(name):
+        raise BeyondfitError(
+            f"task name {shown} must be a Python identifier of ASCII letters, digits and _ "
+            "(not starting with a digit): it is also the name of its module, and +task=NAME "
+            "reads no other character; e.g. my_task"
+        )
+    if name.lower() in HYDRA_WORDS:
+        raise BeyondfitError(
+            f"task name {name!r} is a word Hydra reads as a value (+task={name} would not pick "
+            f"conf/task/{name}.yaml); choose another name, e.g. my_{name}"
         )
     if name in available("task"):
         raise BeyondfitError(
@@ -88,15 +112,39 @@ def scaffold(name: str, kind: str = "supervised", root: str | Path = ".") -> lis
             f"refusing to overwrite {', '.join(existing)}; choose another name or move "
             "the files away"
         )
+    for path in files.values():
+        _check_folders(path.parent, root)
     prefix = "rl" if kind == "rl" else "supervised"
     sources = {"yaml": f"{prefix}.yaml.tmpl", "py": f"{prefix}.py.tmpl",
                "test": f"{prefix}_test.py.tmpl"}
-    for part, path in files.items():
-        text = Template((TEMPLATES / sources[part]).read_text()).substitute(name=name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("x") as out:  # "x": never replace a file, even one made meanwhile
-            out.write(text)
+    written: list[Path] = []
+    try:
+        for part, path in files.items():
+            text = Template((TEMPLATES / sources[part]).read_text()).substitute(name=name)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("x") as out:  # "x": never replace a file, even one made meanwhile
+                written.append(path)
+                out.write(text)
+    except OSError as exc:  # a read-only directory, a full disk, a file made meanwhile
+        for path in written:
+            path.unlink(missing_ok=True)
+        where = exc.filename or root
+        raise BeyondfitError(f"cannot write {where}: {exc.strerror or exc}; nothing was "
+                             "written; run it in a directory you can write to") from None
     return list(files.values())
+
+
+def _check_folders(folder: Path, root: Path) -> None:
+    """Refuse, before anything is written, a folder of the files (``conf``, ``conf/task``,
+    ``tests``) that exists as something other than a directory."""
+    path = root
+    for part in folder.relative_to(root).parts:
+        path = path / part
+        if path.exists() and not path.is_dir():
+            raise BeyondfitError(
+                f"{path} is a file, not a directory: the task's files go into {path}/; move "
+                "the file away or run python -m beyondfit.new in another directory"
+            )
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m beyondfit.new") -> None:
