@@ -15,6 +15,7 @@ from beyondfit.core.callbacks import state_key
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import rng_state, set_rng_state
 from beyondfit.core.state.checks import FieldError, fail, is_real
+from beyondfit.core.state.position import check_stop
 from beyondfit.core.state.serialization import (
     atomic_save,
     check_state_fits,
@@ -120,6 +121,8 @@ class Checkpointable:
             if key in saved_callbacks and callable(getattr(cb, "load_state_dict", None)):
                 with _part(f"callbacks.{key}"):
                     cb.load_state_dict(saved_callbacks[key])
+        with _part("stopped_by"):  # after the callbacks and logs it must agree with
+            check_stop(state.get("stopped_by"), self.callbacks, self.history, self.last_val)
         with _part("data"):  # the next fit goes on from here (core/state/position.py)
             self.position.restored(state.get("stopped_by"), state.get("data"), self.train_data)
 
