@@ -10,6 +10,7 @@ at once; torch loads only for a run (``tests/cli/test_startup.py`` holds this).
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shlex
@@ -26,7 +27,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from beyondfit.cli.bounds import out_of_memory_line
-from beyondfit.cli.choices import INFO_FLAGS, check_choices, fail, user_config_dirs
+from beyondfit.cli.choices import (
+    INFO_FLAGS,
+    check_choices,
+    fail,
+    tuned_line,
+    user_config_dirs,
+)
 from beyondfit.cli.configs import CONF_DIR
 from beyondfit.cli.fastpath import compose_once
 from beyondfit.cli.interpolation import check_interpolations
@@ -70,6 +77,10 @@ def _job(cfg: DictConfig) -> float | None:
 
     # Under torchrun, rank 0 (the only one running Hydra) sends this job to the others.
     cfg, run_dir = share_job(cfg, HydraConfig.get().runtime.output_dir)
+    # Never silently untuned: which preset applied, or that none did (the RL tasks).
+    tuned = tuned_line(HydraConfig.get().runtime.choices, user_config_dirs(sys.argv[1:]))
+    if tuned is not None:
+        logging.getLogger("beyondfit").info("%s", tuned)
     search = searching()
     mode = "min"
     if search:  # a mistake here would fail every trial alike: stop the search at once
@@ -232,6 +243,20 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
 
 
+def open_update_names(args: list[str]) -> list[str]:
+    """``task.optimizers.NAME.KEY=VALUE`` as typed, for any update ``NAME``: an algorithm of
+    one's own declares names no config file lists (``critic2``), so Hydra, which overrides only
+    keys that exist, would want ``+`` for a new one and refuse it for an existing one. Both
+    become ``++`` (add or override); the off-policy task refuses a name its loss lacks."""
+    opened = []
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+").startswith("task.optimizers.") and not key.startswith("++"):
+            arg = f"++{key.lstrip('+')}={value}"
+        opened.append(arg)
+    return opened
+
+
 def resolve_flag(args: list[str]) -> list[str]:
     """``["--resolve"]`` when ``--cfg`` is asked for without it: show values, not ``${seed}``."""
     asks_cfg = any(a in ("--cfg", "-c") or a.startswith("--cfg=") for a in args)
@@ -299,6 +324,7 @@ def _main() -> None:
     if launch_dir not in sys.path:
         sys.path.insert(0, launch_dir)
     check_choices(sys.argv[1:])
+    sys.argv[1:] = open_update_names(sys.argv[1:])
     request = ResumeArgs.read(sys.argv[1:])  # the one reading of resume= from argv
     if finished_resume(request, sys.argv[1:]):
         return

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from beyondfit.cli.configs import available, no_task_message
+from beyondfit.cli.configs import CONF_DIR, available, no_task_message
 
 # Flags with which Hydra prints something instead of running a job.
 INFO_FLAGS = (
@@ -111,3 +113,47 @@ def check_choices(args: list[str]) -> None:
             )
     if not picked_task:
         fail(no_task_message(dirs))
+
+
+#: The RL tasks' defaults-list entry for the settings tuned per task and algorithm
+#: (``optional /experiment/tuned@_global_: ${task}_${algo}``).
+TUNED = "experiment/tuned@_global_"
+#: The algorithms whose tuned presets fit an off-policy loss of one's own.
+_OFF_POLICY = ("dqn", "sac", "td3")
+
+
+def tuned_line(choices: Mapping[str, Any], config_dirs: Sequence[Path] = ()) -> str | None:
+    """What a run says first about its tuned settings, from Hydra's config choices: the preset
+    that applied (``experiment/tuned/TASK_ALGO.yaml``), or that none exists for this task and
+    algorithm (the run then trains on the generic defaults) and how to borrow one. ``None``
+    for a task without the tuned entry in its defaults list (the supervised ones)."""
+    if TUNED not in choices:
+        return None
+    task, algo, picked = choices.get("task"), choices.get("algo"), choices.get(TUNED)
+    if picked is None:
+        return (f"no tuned settings ({TUNED}=null): generic defaults for {task} with "
+                f"algo={algo}")
+    dirs = [CONF_DIR, *config_dirs]
+    found = [d for d in dirs if (Path(d) / "experiment" / "tuned" / f"{picked}.yaml").is_file()]
+    if found:
+        where = "" if found[-1] == CONF_DIR else f" in {found[-1]}"
+        return f"tuned settings: experiment/tuned/{picked}.yaml{where} ({task}, algo={algo})"
+    presets = [p for p in available("experiment/tuned", config_dirs) if p.startswith(f"{task}_")]
+    line = (f"no tuned settings for {task} with algo={algo} (no experiment/tuned/{picked}.yaml):"
+            " the generic defaults apply")
+    if not presets:
+        return line
+    off_policy = any("offpolicy" in _text(Path(d) / "algo" / f"{algo}.yaml") for d in dirs)
+    fitting = [p for p in presets if p.rpartition("_")[2] in _OFF_POLICY] if off_policy else []
+    example = (fitting or [p for p in presets if p.endswith("_ppo")] or presets)[0]
+    others = ", ".join(p.rpartition("_")[2] for p in presets)
+    return (f"{line}; borrow a preset with {TUNED}={example} ({task} has {others}; its keys "
+            f"must fit your algorithm), or keep a tuned algorithm and swap its loss: "
+            f"algo={example.rpartition('_')[2]} task.loss._target_=mymod.my_loss")
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -326,7 +326,14 @@ def _omegaconf_line(exc: Any, override: str) -> str | None:
 def _needs_plus(text: str) -> str | None:
     """``task=cartpole`` where ``+task=cartpole`` was meant: Hydra can only override a group
     the defaults list already picks, and ``config.yaml`` picks no task (nor experiment, search
-    or debug preset)."""
+    or debug preset); and the other way round, ``+GROUP=X`` for a group it picks already (the
+    RL tasks' ``experiment/tuned@_global_``)."""
+    twice = re.search(r"Multiple values for (\S+?)\. To override a value use 'override "
+                      r"\S+: ([^']+)'", text)
+    if twice is not None:  # +GROUP=X where the defaults list has GROUP already
+        group, value = twice.groups()
+        return (f"'+{group}={value}': the defaults list picks {group} already; override it "
+                f"without the +: {group}={value}")
     match = re.search(r"Could not override '([^']+)'\. No match in the defaults list", text)
     if match is None:
         return None
