@@ -8,6 +8,11 @@
 - :class:`QAgent` (DQN): a Q network over ``Discrete`` actions. Exploration: epsilon-greedy,
   epsilon linear over the run's env steps (SB3's and RL-Zoo's ``exploration_*`` settings).
 
+Both read raw observations through an encoder (:mod:`beyondfit.rl.encoders`: a flatten for
+vectors, a CNN for frames, your own): inside the Q network for DQN (``model.q(obs)``); inside
+the critic for SAC and TD3, whose actor reads the critic's features without training them
+(SB3's shared features extractor; SAC-AE and DrQ detach the actor's input the same way).
+
 Target copies are not the agent's: the algorithm declares them with its updates
 (:mod:`beyondfit.rl.algorithm`) and the task keeps them on the agent (``model.critic_target``).
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -28,6 +34,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.nets import mlp
 from beyondfit.rl.actions import box_bounds
+from beyondfit.rl.encoders import as_encoder, make_encoder
 from beyondfit.rl.policies import check_spaces
 from beyondfit.rl.schedules import linear
 
@@ -105,12 +112,15 @@ class VectorizedLinear(nn.Module):
 
 
 class CriticEnsemble(nn.Module):
-    """``members`` Q networks ``Q_m(s, a)``, every layer of all of them one batched matmul."""
+    """``members`` Q networks ``Q_m(s, a)`` over one ``encoder`` of raw observations, every
+    layer of all of them one batched matmul. The encoder is the critic's: its optimizer
+    trains it, and a target copy of the critic has its own."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], members: int = 2,
-                 activation: str = "relu") -> None:  # fmt: skip
+    def __init__(self, encoder: nn.Module | int, act_dim: int, hidden: Sequence[int],
+                 members: int = 2, activation: str = "relu") -> None:  # fmt: skip
         super().__init__()
-        sizes = [obs_dim + act_dim, *hidden, 1]
+        self.encoder = encoder = as_encoder(encoder)
+        sizes = [encoder.features + act_dim, *hidden, 1]
         self.layers = nn.ModuleList(VectorizedLinear(a, b, members)
                                     for a, b in itertools.pairwise(sizes))
         self.activation = {"relu": F.relu, "tanh": torch.tanh}[activation]
@@ -119,7 +129,7 @@ class CriticEnsemble(nn.Module):
     def forward(self, obs: torch.Tensor, actions: torch.Tensor,
                 members: int | None = None) -> torch.Tensor:  # fmt: skip
         """Q values ``(members, B)`` (the first ``members`` only, if given: TD3's actor loss)."""
-        x = torch.cat([obs.flatten(1), actions], 1)
+        x = torch.cat([self.encoder(obs), actions], 1)
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             x = layer(x, members)
@@ -128,15 +138,34 @@ class CriticEnsemble(nn.Module):
         return x.squeeze(-1)
 
 
+class Borrowed:
+    """A module an actor reads but does not own: not registered on it (its parameters are the
+    owner's, in the owner's optimizer), and kept, not copied, when the actor is deep-copied
+    (a target actor reads the online encoder)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Borrowed:
+        return self
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """The module's output, detached: the actor's loss never trains the encoder."""
+        return self.module(obs).detach()
+
+
 class GaussianActor(nn.Module):
     """SAC's actor: a Gaussian over pre-squash actions, squashed into ``[-1, 1]`` by tanh.
 
     ``log_std`` picks how the state-dependent log-std is bounded (:data:`LOG_STD_RANGES`).
     """
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int],
+    def __init__(self, encoder: nn.Module | int, act_dim: int, hidden: Sequence[int],
                  activation: str = "relu", log_std: str = "tanh") -> None:  # fmt: skip
         super().__init__()
+        encoder = as_encoder(encoder)
+        self.encoder = Borrowed(encoder)
+        obs_dim = encoder.features
         if log_std not in LOG_STD_RANGES:
             raise BeyondfitError(f"unknown task.agent.log_std={log_std!r}; choose one of "
                                  f"{', '.join(LOG_STD_RANGES)}")
@@ -149,7 +178,7 @@ class GaussianActor(nn.Module):
         self.log_std_min, self.log_std_max = LOG_STD_RANGES[log_std]
 
     def _mean_log_std(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mean, raw = self.head(self.trunk(obs.flatten(1))).chunk(2, -1)
+        mean, raw = self.head(self.trunk(self.encoder.features(obs))).chunk(2, -1)
         low, high = self.log_std_min, self.log_std_max
         if self.log_std_mode == "clamp":
             return mean, raw.clamp(low, high)
@@ -174,14 +203,16 @@ class GaussianActor(nn.Module):
 class DeterministicActor(nn.Module):
     """TD3's actor: ``tanh(MLP(obs))`` in ``[-1, 1]``."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int],
+    def __init__(self, encoder: nn.Module | int, act_dim: int, hidden: Sequence[int],
                  activation: str = "relu") -> None:  # fmt: skip
         super().__init__()
-        self.net = mlp([obs_dim, *hidden, act_dim], activation)
+        encoder = as_encoder(encoder)
+        self.encoder = Borrowed(encoder)
+        self.net = mlp([encoder.features, *hidden, act_dim], activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The action."""
-        return torch.tanh(self.net(obs.flatten(1)))
+        return torch.tanh(self.net(self.encoder.features(obs)))
 
 
 class OffPolicyAgent(nn.Module):
@@ -195,10 +226,11 @@ class OffPolicyAgent(nn.Module):
     - ``model.critic_target``, ``model.actor_target``: the same calls on the slow copies
       (:class:`~beyondfit.core.target.SlowCopy`) when the algorithm declares them;
     - ``model.log_alpha``: SAC's log-temperature parameter (``None`` without one);
-      ``model.obs_dim``, ``model.act_dim`` (flat sizes: a new part's, ``build(model)``).
+      ``model.obs_dim``, ``model.act_dim`` (flat sizes: a new part's, ``build(model)``);
+      ``model.encoder`` (the critic's) and ``model.features``, its width.
 
     Args:
-        observation_space: a ``Box``.
+        observation_space: a ``Box``: a vector or images.
         action_space: a bounded ``Box``.
         actor: ``"gaussian"`` (SAC) or ``"deterministic"`` (TD3).
         hidden: hidden sizes of the actor; ``critic_hidden`` those of each critic (default the
@@ -209,6 +241,7 @@ class OffPolicyAgent(nn.Module):
         log_std: how the Gaussian actor bounds its log-std: ``"tanh"`` or ``"clamp"``
             (:data:`LOG_STD_RANGES`).
         activation: ``"relu"`` or ``"tanh"``.
+        encoder: what reads observations (:func:`~beyondfit.rl.encoders.make_encoder`).
     """
 
     def __init__(
@@ -224,6 +257,7 @@ class OffPolicyAgent(nn.Module):
         exploration_noise: float = 0.1,
         log_std: str = "tanh",
         activation: str = "relu",
+        encoder: Any = "auto",
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -237,21 +271,30 @@ class OffPolicyAgent(nn.Module):
         check_number("task.agent.critics", critics, integer=True, at_least=1)
         check_number("task.agent.init_alpha", init_alpha, above=0, allow_none=True,
                      example="task.agent.init_alpha=1.0 (SAC's starting temperature)")
-        self.obs_dim = obs_dim = int(np.prod(observation_space.shape))
+        self.obs_dim = int(np.prod(observation_space.shape))
         self.act_dim = int(low.size)
         self.action_shape = tuple(action_space.shape)
         hidden = tuple(hidden)
+        encoder = make_encoder(observation_space, encoder)
+        self.features = encoder.features
+        # The actor first: on flat observations (no encoder parameters) the networks draw
+        # their initial weights in the order they always did.
         if actor == "gaussian":
-            self.actor = GaussianActor(obs_dim, self.act_dim, hidden, activation, log_std)
+            self.actor = GaussianActor(encoder, self.act_dim, hidden, activation, log_std)
         else:
-            self.actor = DeterministicActor(obs_dim, self.act_dim, hidden, activation)
-        self.critic = CriticEnsemble(obs_dim, self.act_dim, tuple(critic_hidden or hidden),
+            self.actor = DeterministicActor(encoder, self.act_dim, hidden, activation)
+        self.critic = CriticEnsemble(encoder, self.act_dim, tuple(critic_hidden or hidden),
                                      critics, activation)
         self.log_alpha = None if init_alpha is None else nn.Parameter(
             torch.tensor(math.log(init_alpha)))
         self.exploration_noise = float(exploration_noise)
         self.register_buffer("scale", torch.as_tensor((high - low) / 2, dtype=torch.float32))
         self.register_buffer("centre", torch.as_tensor((high + low) / 2, dtype=torch.float32))
+
+    @property
+    def encoder(self) -> nn.Module:
+        """What reads the observations: the critic's encoder (the actor reads its features)."""
+        return self.critic.encoder
 
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
                 progress: float = 0.0) -> torch.Tensor:  # fmt: skip
@@ -278,16 +321,32 @@ class OffPolicyAgent(nn.Module):
         return {}
 
 
+class QNetwork(nn.Module):
+    """Q values ``(B, n_actions)`` of raw observations: the encoder, then an MLP head."""
+
+    def __init__(self, encoder: nn.Module, hidden: Sequence[int], n_actions: int,
+                 activation: str = "relu") -> None:  # fmt: skip
+        super().__init__()
+        self.encoder = encoder
+        self.head = mlp([encoder.features, *tuple(hidden), n_actions], activation)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        """``(B, n_actions)``."""
+        return self.head(self.encoder(obs))
+
+
 class QAgent(nn.Module):
     """DQN's agent: a Q network over ``Discrete`` actions, epsilon-greedy while collecting.
 
-    What a loss may use: ``model.q(obs)``, Q values ``(B, n_actions)``; ``model.q_target`` the
-    same on the slow copy the algorithm declares (``dqn_loss``); ``model.n_actions``.
+    What a loss may use: ``model.q(obs)``, Q values ``(B, n_actions)`` of raw observations
+    (the encoder is inside the Q network, so a target copy has its own); ``model.q_target`` the
+    same on the slow copy the algorithm declares (``dqn_loss``); ``model.n_actions``;
+    ``model.encoder`` (``model.q.encoder``) and ``model.features``, its width.
 
     Args:
-        observation_space: a ``Box``.
+        observation_space: a ``Box``: a vector or images.
         action_space: a ``Discrete``.
-        hidden: hidden sizes of the Q network.
+        hidden: hidden sizes of the Q network's head, after the encoder.
         activation: ``"relu"`` or ``"tanh"``.
         exploration_fraction: the fraction of the run's env steps over which epsilon falls
             linearly from ``exploration_initial_eps`` to ``exploration_final_eps`` (SB3's
@@ -304,6 +363,7 @@ class QAgent(nn.Module):
         exploration_fraction: float = 0.1,
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
+        encoder: Any = "auto",
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -321,15 +381,21 @@ class QAgent(nn.Module):
                          example=f"task.agent.{key}=0.05")
         self.n_actions = int(action_space.n)
         self.start = int(action_space.start)
-        self.q = mlp([int(np.prod(observation_space.shape)), *tuple(hidden), self.n_actions],
-                     activation)
+        self.q = QNetwork(make_encoder(observation_space, encoder), hidden, self.n_actions,
+                          activation)
+        self.features = self.q.encoder.features
         self.fraction = float(exploration_fraction)
         self.initial_eps, self.final_eps = float(exploration_initial_eps), float(
             exploration_final_eps)
 
+    @property
+    def encoder(self) -> nn.Module:
+        """What reads the observations: the Q network's encoder."""
+        return self.q.encoder
+
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """Q values ``(B, n_actions)``."""
-        return self.q(obs.flatten(1))
+        return self.q(obs)
 
     def epsilon(self, progress: float) -> float:
         """The chance of a random action at ``progress`` (the fraction of the run's env steps
@@ -339,7 +405,7 @@ class QAgent(nn.Module):
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
                 progress: float = 0.0) -> torch.Tensor:  # fmt: skip
         """The collector's actions (indices ``(B,)``): epsilon-greedy at ``progress``."""
-        greedy = self.q(obs.flatten(1)).argmax(1)
+        greedy = self.q(obs).argmax(1)
         shape, device = greedy.shape, greedy.device
         chance = torch.rand(shape, generator=generator, device=device)
         uniform = torch.randint(self.n_actions, shape, generator=generator, device=device)
@@ -349,7 +415,7 @@ class QAgent(nn.Module):
             generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip
         """Actions in the env's units: the greedy one, or an epsilon-greedy one at the run's
         end (``greedy=False``)."""
-        index = self.q(obs.flatten(1)).argmax(1) if greedy else self.explore(obs, generator, 1.0)
+        index = self.q(obs).argmax(1) if greedy else self.explore(obs, generator, 1.0)
         return index + self.start
 
     def exploration_state(self, progress: float) -> dict[str, float]:

@@ -41,7 +41,9 @@ class RolloutBatch(NamedTuple):
     after an episode's end never is.
 
     Attributes:
-        obs: observations the actions were taken in, ``(B, *obs_shape)`` float32.
+        obs: observations the actions were taken in, ``(B, *obs_shape)``, raw: float32 for
+            float spaces, the space's own dtype otherwise (uint8 frames, bool boards; the
+            policy's encoder makes floats of them).
         actions: the sampled actions, ``(B,)`` int64 or ``(B, *action_shape)`` float32
             (unclipped: what the policy sampled, not what the env received).
         old_log_prob: their log-probabilities under the policy that collected them (the
@@ -231,17 +233,29 @@ class RolloutCollector(EnvCollector):
         obs_steps, action_steps, reward_steps, term_steps, trunc_steps = [], [], [], [], []
         out_steps: list[torch.Tensor] = []  # the policy's outputs (logits or means), for logp
         log_probs, next_obs = self.old_log_prob, self._next_obs
+        reports = getattr(envs, "reports_episodes", False)
+        # A shared CNN encodes each step's frames once, for the actions and the values.
+        inline = self.critic and getattr(policy, "shares_encoder", False)
+        value_steps: list[torch.Tensor] = []
         with torch.inference_mode():
             for t in range(T):
                 obs = to_obs(next_obs)
-                out = policy(obs)
+                if inline:
+                    out, value = policy.forward_and_value(obs)
+                    value_steps.append(value)
+                else:
+                    out = policy(obs)
                 action = policy.draw(out, generator=gen)
                 if log_probs:
                     out_steps.append(out)
                 try:  # free in Python 3.11 unless it raises
-                    next_obs, reward, term, trunc, _ = envs.step(to_env(action))
+                    next_obs, reward, term, trunc, info = envs.step(to_env(action))
                 except Exception as e:
                     raise env_api.env_error(envs, f"env step {self.env_steps + t * N}", e) from None
+                if reports and "episode" in info:  # the env's own episodes (a game, all lives)
+                    finished = env_api.reported_episodes(info)
+                    if finished is not None:
+                        self.episodes.add(*finished)
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)
@@ -251,7 +265,9 @@ class RolloutCollector(EnvCollector):
             obs_all = torch.stack(obs_steps)  # (T + 1, N, *obs_shape)
             actions = torch.stack(action_steps)  # (T, N, *action_shape)
             values = None
-            if self.critic:
+            if inline:
+                values = torch.stack([*value_steps, policy.value(obs_all[T])])
+            elif self.critic:
                 # The policy did not change during the rollout: the values of every step come
                 # from one batched critic pass instead of T small ones.
                 values = policy.value(obs_all.flatten(0, 1)).view(T + 1, N)
@@ -265,7 +281,8 @@ class RolloutCollector(EnvCollector):
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.
         valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._prev_done, ~done[:-1]
-        self._record_episodes(rewards, done, valid)  # raw rewards: what the user scores
+        if not reports:  # raw rewards: what the user scores
+            self._record_episodes(rewards, done, valid)
         if normalizer is not None:
             rewards = normalizer.scale_rewards(rewards, done, valid, self._running_return)
         self._next_obs, self._prev_done = next_obs, done[-1]
@@ -290,7 +307,7 @@ class RolloutCollector(EnvCollector):
             flat_returns = flat_adv + flat_values
         flat_obs = obs_all[:T].flatten(0, 1)[keep]
         if normalizer is not None and normalizer.obs is not None:
-            self._pending_moments = batch_moments(flat_obs.flatten(1))
+            self._pending_moments = batch_moments(flat_obs.flatten(1).float())
         return RolloutBatch(
             obs=flat_obs,
             actions=actions.flatten(0, 1)[keep],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -13,6 +13,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
+from beyondfit.rl.suites import register_family
 
 #: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
 EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
@@ -45,6 +46,7 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     on ``sys.path``).
     """
     module, _, name = str(env_id).rpartition(":")
+    register_family(name)  # ALE/..., MinAtar/...: their package registers them
     if module:
         try:
             importlib.import_module(module)
@@ -70,7 +72,8 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 
 def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = (),
-                    sync: bool = False) -> VectorEnv:  # fmt: skip
+                    sync: bool = False, env_kwargs: Mapping[str, Any] | None = None,
+                    key: str = "task.num_envs") -> VectorEnv:  # fmt: skip
     """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
 
     Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps
@@ -78,13 +81,21 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     envs, subprocesses cost more than they save. ``wrappers`` apply to each copy, in order. The
     envs are not reset here; the caller seeds them on its first reset. ``sync``: always
     ``SyncVectorEnv``, whose copies are envs of their own (what the replay collector rebuilds
-    on an exact resume).
+    on an exact resume). ``env_kwargs``: keyword arguments of each copy's ``gym.make``
+    (``task.env_kwargs``: Atari's ``frameskip=1`` under ``AtariPreprocessing``). ``key``: the
+    config key ``num_envs`` came from, for the error.
+
+    The returned envs carry ``reports_episodes``: whether a wrapper (Gymnasium's
+    ``RecordEpisodeStatistics``) reports each finished episode in ``info["episode"]``; then
+    the collectors and the greedy evaluation count those episodes (an Atari game over all its
+    lives, its unclipped score) instead of the wrapped env's ``terminated``/``truncated``.
     """
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or not 0 < num_envs <= MAX_ENVS:
         raise BeyondfitError(
-            f"task.num_envs={num_envs!r} must be a whole number from 1 to {MAX_ENVS}, e.g. "
-            "task.num_envs=8"
+            f"{key}={num_envs!r} must be a whole number from 1 to {MAX_ENVS}, e.g. "
+            f"{key}=8"
         )
+    env_kwargs = dict(env_kwargs or {})
     spec = env_spec(env_id)
     wrappers = list(wrappers)
     for i, wrapper in enumerate(wrappers):
@@ -93,14 +104,15 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
                 f"task.wrappers[{i}] is {type(wrapper).__name__}, not a wrapper factory: write "
                 "each as {_target_: WRAPPER_CLASS, _partial_: true, OPTION: VALUE}"
             )
-    native = spec.vector_entry_point is not None and not wrappers and not sync
+    native = (spec.vector_entry_point is not None and not wrappers and not sync
+              and not env_kwargs)
     mode = "vector_entry_point" if native else "sync"
     try:
         if mode == "sync":
             envs = gym.make_vec(
                 spec, num_envs, vectorization_mode=mode,
                 vector_kwargs={"autoreset_mode": AutoresetMode.NEXT_STEP},
-                wrappers=wrappers or None,
+                wrappers=wrappers or None, **env_kwargs,
             )
         else:
             envs = gym.make_vec(spec, num_envs, vectorization_mode=mode)
@@ -113,6 +125,8 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
         raise BeyondfitError(
             f"cannot create env {env_id!r}: {what} raised {type(e).__name__}: {e}"
         ) from None
+    envs.reports_episodes = any(_wrapper_class(w) is gym.wrappers.RecordEpisodeStatistics
+                                for w in wrappers)
     autoreset = envs.metadata.get("autoreset_mode")
     if autoreset != AutoresetMode.NEXT_STEP:
         envs.close()
@@ -127,6 +141,24 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
         envs.close()
         raise
     return envs
+
+
+def _wrapper_class(wrapper: Any) -> Any:
+    # The class a wrapper factory builds: the class itself, or a partial's (Hydra's too).
+    while not isinstance(wrapper, type) and hasattr(wrapper, "func"):
+        wrapper = wrapper.func
+    return wrapper
+
+
+def reported_episodes(info: Mapping[str, Any]) -> tuple[int, float, int] | None:
+    """The episodes a vector step's ``info`` reports finished (Gymnasium's
+    ``RecordEpisodeStatistics``): ``(count, sum of returns, sum of lengths)``; ``None`` when
+    none finished in this step."""
+    episode, mask = info.get("episode"), info.get("_episode")
+    if episode is None or mask is None or not mask.any():
+        return None
+    return (int(mask.sum()), float(np.asarray(episode["r"])[mask].sum()),
+            int(np.asarray(episode["l"])[mask].sum()))
 
 
 def env_error(envs: VectorEnv | str, where: str, exc: BaseException) -> BeyondfitError:
@@ -185,14 +217,21 @@ def action_converter(space: gym.Space) -> Callable[[torch.Tensor], np.ndarray]:
 
 
 def observation_converter(device: torch.device) -> Callable[[np.ndarray], torch.Tensor]:
-    """Return a fast function turning an env observation batch into a float32 tensor on ``device``.
+    """Return a fast function turning an env observation batch into a tensor on ``device``, in
+    the space's dtype: uint8 frames and bool boards stay what they are (4x fewer bytes to copy
+    and store than float32; the encoder makes floats of them on the device), float
+    observations become float32.
 
-    It always copies (``astype``): an env may legally reuse its observation buffer on the next step,
-    and the collector keeps every step's tensor until the rollout ends.
+    It always copies: an env may legally reuse its observation buffer on the next step, and
+    the collector keeps every step's tensor until the rollout ends.
     """
-    if device.type == "cpu":
-        return lambda obs: torch.from_numpy(obs.astype(np.float32))
-    return lambda obs: torch.from_numpy(obs.astype(np.float32)).to(device, non_blocking=True)
+
+    def convert(obs: np.ndarray) -> torch.Tensor:
+        array = obs.astype(np.float32) if obs.dtype.kind == "f" else np.array(obs, copy=True)
+        tensor = torch.from_numpy(array)
+        return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
+
+    return convert
 
 
 def greedy_policy(model: Any, action_space: gym.Space) -> Callable[[np.ndarray], np.ndarray]:

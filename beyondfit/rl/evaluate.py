@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,8 @@ class GreedyEvaluator:
         wrappers: wrapper factories applied to each env copy, as in training.
         max_steps: an episode still running after this many steps is an error (a greedy
             policy on an env without a time limit could otherwise run forever).
+        env_kwargs: keyword arguments of each copy's ``gym.make``, as in training.
+        key: the config key ``episodes`` came from, for an error about it.
     """
 
     def __init__(
@@ -38,8 +41,10 @@ class GreedyEvaluator:
         progress: Callable[[], int] | None = None,
         wrappers: Sequence[WrapperFn] = (),
         max_steps: int = 100_000,
+        env_kwargs: Mapping[str, Any] | None = None,
+        key: str = "task.eval_episodes",
     ) -> None:
-        self.envs = make_vector_env(env_id, episodes, wrappers)
+        self.envs = make_vector_env(env_id, episodes, wrappers, env_kwargs=env_kwargs, key=key)
         self.env_id, self.max_steps = env_id, max_steps
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._seeded = False
@@ -58,15 +63,24 @@ class GreedyEvaluator:
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
         running = np.ones(self.episodes, dtype=bool)
+        # Envs that report their own episodes (RecordEpisodeStatistics: an Atari game over all
+        # its lives, unclipped) are scored by those reports, not the wrapped env's episodes.
+        reports = getattr(self.envs, "reports_episodes", False)
         while running.any():
             try:
-                obs, reward, term, trunc, _ = self.envs.step(act(obs))
+                obs, reward, term, trunc, info = self.envs.step(act(obs))
             except Exception as exc:
                 where = f"step {int(lengths.max())} of a greedy evaluation"
                 raise env_error(self.env_id, where, exc) from None
             # Finished copies autoreset and keep stepping; their steps no longer count.
-            returns += reward * running
             lengths += running
+            if reports:
+                ended = info.get("_episode", np.zeros_like(running)) & running
+                if ended.any():
+                    returns[ended] = np.asarray(info["episode"]["r"])[ended]
+                running &= ~ended
+                continue
+            returns += reward * running
             running &= ~(term | trunc)
             if running.any() and lengths.max() >= self.max_steps:
                 raise BeyondfitError(

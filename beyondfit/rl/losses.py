@@ -12,7 +12,10 @@ What a loss may call on the policy (:class:`~beyondfit.rl.policies.ActorCritic`)
 - ``policy.log_prob_entropy(obs, actions)``: ``(log_prob, entropy)``, each ``(B,)``;
 - ``policy.log_prob(out, actions)``: log-probabilities under an output of ``policy(obs)``;
 - ``policy.value(obs)``: state values ``(B,)``, only when ``policy.has_critic``
-  (``task.critic=true``); a policy without a critic raises a clear error.
+  (``task.critic=true``); a policy without a critic raises a clear error;
+- ``policy.evaluate_actions(obs, actions)``: ``(log_prob, entropy, value)`` from one pass of
+  the policy's encoder (the built-in losses use it when the policy has it: on frames the CNN
+  then runs once per minibatch, not twice).
 
 What the batch holds: a :class:`~beyondfit.rl.collector.RolloutBatch` with ``obs``,
 ``actions``, ``old_log_prob``, ``old_values``, ``advantages`` and ``returns`` (see its docstring).
@@ -59,16 +62,28 @@ def _combine(policy_loss: torch.Tensor, value_loss: torch.Tensor, entropy: torch
     return loss - ent_coef * entropy if ent_coef else loss
 
 
-def _value_loss(model: ActorCritic, batch: RolloutBatch) -> torch.Tensor:
+def _evaluate(model: ActorCritic, batch: RolloutBatch
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+    # (log_prob, entropy, value) of the batch: one encoder pass where the policy offers it.
+    evaluate = getattr(model, "evaluate_actions", None)
+    if evaluate is not None:
+        return evaluate(batch.obs, batch.actions)
+    logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+    return logp, entropy, model.value(batch.obs)
+
+
+def _value_loss(values: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
     # Half the mean squared error: its gradient is the plain residual.
-    return 0.5 * F.mse_loss(model.value(batch.obs), batch.returns)
+    return 0.5 * F.mse_loss(values, batch.returns)
 
 
-def clipped_value_loss(model: ActorCritic, batch: RolloutBatch, clip: float) -> torch.Tensor:
+def clipped_value_loss(model: ActorCritic, batch: RolloutBatch, clip: float,
+                       values: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """PPO's value clipping (OpenAI baselines, CleanRL's ``clip_vloss``): the new value may move
     at most ``clip`` from the collection-time value before the loss stops rewarding it; the
-    larger of the clipped and unclipped squared errors is taken."""
-    values = model.value(batch.obs)
+    larger of the clipped and unclipped squared errors is taken. ``values``: the policy's
+    values of ``batch.obs`` if already computed."""
+    values = model.value(batch.obs) if values is None else values
     clipped = batch.old_values + (values - batch.old_values).clamp(-clip, clip)
     return 0.5 * torch.max((values - batch.returns) ** 2, (clipped - batch.returns) ** 2).mean()
 
@@ -93,10 +108,10 @@ def reinforce_loss(
     """
 
     def loss_fn(model: ActorCritic, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+        logp, entropy, values = _evaluate(model, batch)
         advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
         policy_loss = -(logp * advantages).mean()
-        value_loss = _value_loss(model, batch)
+        value_loss = _value_loss(values, batch)
         entropy = entropy.mean()
         loss = _combine(policy_loss, value_loss, entropy, vf_coef, ent_coef)
         return {"loss": loss, "policy_loss": policy_loss.detach(),
@@ -157,7 +172,7 @@ def ppo_loss(
             )
         c = coefficients
         clip_coef = c.clip_coef
-        logp, entropy = model.log_prob_entropy(batch.obs, batch.actions)
+        logp, entropy, values = _evaluate(model, batch)
         advantages = _normalize(batch.advantages) if normalize_advantages else batch.advantages
         log_ratio = logp - batch.old_log_prob
         ratio = log_ratio.exp()
@@ -165,9 +180,9 @@ def ppo_loss(
                               ratio.clamp(1 - clip_coef, 1 + clip_coef) * advantages)
         policy_loss = -surrogate.mean()
         if value_clip is None:
-            value_loss = _value_loss(model, batch)
+            value_loss = _value_loss(values, batch)
         else:
-            value_loss = clipped_value_loss(model, batch, value_clip)
+            value_loss = clipped_value_loss(model, batch, value_clip, values)
         entropy = entropy.mean()
         loss = _combine(policy_loss, value_loss, entropy, c.vf_coef, c.ent_coef)
         with torch.no_grad():

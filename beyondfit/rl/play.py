@@ -34,7 +34,7 @@ from beyondfit.core.state.serialization import (
 from beyondfit.rl.envs import env_spec, greedy_policy, missing_dependency
 from beyondfit.rl.normalization import Normalizer
 from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.policy_file import check_policy, wrapper_factory
+from beyondfit.rl.policy_file import check_policy, encoder_factory, wrapper_factory
 
 
 def load_policy(
@@ -59,7 +59,7 @@ def load_policy(
     env = make_env(meta, allow_import)
     try:
         with torch.device("meta"):  # sizes from the file: check them against the weights first
-            probe = build_policy(meta, env)
+            probe = build_policy(meta, env, allow_import)
         problems = mismatched_keys(probe.state_dict(), state["model"])
         problems += [f"{k} is not a tensor" for k, v in state["model"].items()
                      if not isinstance(v, torch.Tensor) and not is_plain_extra_state(k, v)]
@@ -69,21 +69,25 @@ def load_policy(
         bad = nonfinite_entries(state["model"].items())
         if bad:
             raise BeyondfitError(f"{source} was refused: non-finite weights in {', '.join(bad)}")
-        policy = build_policy(meta, env)
+        policy = build_policy(meta, env, allow_import)
     finally:
         env.close()
     policy.load_state_dict(state["model"])
     return policy.eval(), meta
 
 
-def build_policy(meta: dict, env: gym.Env) -> nn.Module:
+def build_policy(meta: dict, env: gym.Env, allow_import: Iterable[str] = ()) -> nn.Module:
     """The network a checked policy entry describes, for ``env``'s spaces (weights untrained):
-    an :class:`ActorCritic`, or an off-policy agent (SAC, TD3, DQN) for ``kind: offpolicy``."""
+    an :class:`ActorCritic`, or an off-policy agent (SAC, TD3, DQN) for ``kind: offpolicy``;
+    an encoder of one's own is imported only from a module ``allow_import`` names."""
     if meta.get("kind") == "offpolicy":
         from beyondfit.rl.agents import AGENTS
 
         options = dict(meta["agent"])
         agent = AGENTS[options.pop("kind", "actor_critic")]  # checked by check_policy
+        if "encoder" in options:
+            options["encoder"] = encoder_factory(options["encoder"], "agent.encoder",
+                                                 "the policy file", allow_import)
         try:
             return agent(env.observation_space, env.action_space, **options)
         except (TypeError, ValueError) as exc:
@@ -95,7 +99,9 @@ def build_policy(meta: dict, env: gym.Env) -> nn.Module:
         normalizer = Normalizer(obs_size, **meta["normalizer"])
     return ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
                        activation=meta["activation"], log_std_init=meta["log_std_init"],
-                       value_head=meta.get("critic", True), normalizer=normalizer)
+                       value_head=meta.get("critic", True), normalizer=normalizer,
+                       encoder=encoder_factory(meta.get("encoder", "auto"), "encoder",
+                                               "the policy file", allow_import))
 
 
 def make_env(meta: dict, allow_import: Iterable[str] = (), **kwargs: object) -> gym.Env:
@@ -115,7 +121,7 @@ def make_env(meta: dict, allow_import: Iterable[str] = (), **kwargs: object) -> 
                  for i, entry in enumerate(wrappers)]
     spec = env_spec(meta["env"])
     try:
-        env = gym.make(spec, **kwargs)
+        env = gym.make(spec, **{**meta.get("env_kwargs", {}), **kwargs})
         for factory in factories:
             env = factory(env)
     except gym.error.DependencyNotInstalled as exc:  # Box2D, MuJoCo: beyondfit extras
@@ -155,14 +161,25 @@ def play(
         env = gym.wrappers.RecordVideo(env, str(video), episode_trigger=lambda _: True,
                                        name_prefix=meta["env"].replace("/", "-"))
     act = greedy_policy(policy, env.action_space)
+    # With RecordEpisodeStatistics among the wrappers (the Atari task's), an episode is what it
+    # reports: a whole game over all its lives, its unclipped score, as training logged it.
+    reports = any(entry.get("_target_", "").endswith("RecordEpisodeStatistics")
+                  for entry in meta.get("wrappers") or [])
     returns = []
     try:
         for episode in range(episodes):
             obs, _ = env.reset(seed=seed + episode)
             total, done = 0.0, False
             while not done:
-                obs, reward, terminated, truncated, _ = env.step(act(np.asarray(obs)[None])[0])
+                obs, reward, terminated, truncated, info = env.step(
+                    act(np.asarray(obs)[None])[0])
                 total += float(reward)
+                if reports:
+                    if "episode" in info:
+                        total, done = float(info["episode"]["r"]), True
+                    elif terminated or truncated:  # a life lost: the game goes on
+                        obs, _ = env.reset()
+                    continue
                 done = terminated or truncated
             returns.append(total)
     except gym.error.DependencyNotInstalled as exc:

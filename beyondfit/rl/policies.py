@@ -1,4 +1,5 @@
-"""MLP policies: categorical for ``Discrete`` actions, diagonal Gaussian for ``Box`` actions.
+"""Policies: categorical for ``Discrete`` actions, diagonal Gaussian for ``Box`` actions, over an
+encoder (:mod:`beyondfit.rl.encoders`: flat vectors, CNNs for frames and boards, your own).
 
 The distribution is written out by hand (log-softmax, Gumbel-max sampling, Gaussian log-density)
 instead of ``torch.distributions``: building a validated ``Categorical`` per environment step costs
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -17,6 +19,7 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.nets import mlp
+from beyondfit.rl.encoders import make_encoder
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -26,8 +29,8 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: 
     where = f" of env {env_id!r}" if env_id else ""
     if not isinstance(observation_space, gym.spaces.Box):
         raise BeyondfitError(
-            f"observation space {observation_space}{where} is not supported: the MLP policies "
-            "take a Box (flat or multi-dimensional array); flatten it first, e.g. with "
+            f"observation space {observation_space}{where} is not supported: the policies "
+            "take a Box (a vector, or images); flatten it first, e.g. with "
             "gymnasium.wrappers.FlattenObservation, or pick another env with task.env=ID"
         )
     if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
@@ -38,13 +41,16 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: 
 
 
 class ActorCritic(nn.Module):
-    """An actor (action distribution) and an optional critic (state value), as separate MLPs.
+    """An actor (action distribution) and an optional critic (state value): two heads over one
+    encoder.
 
-    Separate networks keep the per-step forward to the actor alone: the collector computes values
-    for the whole rollout in one batched call afterwards.
+    The encoder is the shared trunk (CleanRL's ``ppo_atari.py``: one CNN, a policy and a value
+    head). On flat observations it is a flatten with no parameters, so actor and critic are
+    separate MLPs; the heads keep the per-step forward to the actor alone, and the collector
+    computes values for the whole rollout in one batched call afterwards.
 
     Args:
-        observation_space: a ``Box``; observations are flattened.
+        observation_space: a ``Box``: a vector (flattened) or images.
         action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a
             learned, state-independent log standard deviation.
         hidden: hidden layer sizes of both MLPs.
@@ -54,7 +60,10 @@ class ActorCritic(nn.Module):
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
         normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
             Normalizer`): every method that takes observations takes raw ones and normalizes
-            them with its (saved, frozen outside collection) statistics.
+            them with its (saved, frozen outside collection) statistics (flat observations).
+        encoder: what reads observations (:func:`~beyondfit.rl.encoders.make_encoder`):
+            ``"auto"`` (from the space), ``"flat"``, ``"nature"``, ``"minatar"`` or a factory
+            ``observation_space -> nn.Module``; ``hidden`` sizes the heads after it.
     """
 
     def __init__(
@@ -66,10 +75,13 @@ class ActorCritic(nn.Module):
         log_std_init: float = 0.0,
         activation: str = "tanh",
         normalizer: nn.Module | None = None,
+        encoder: Any = "auto",
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
-        obs_dim = int(np.prod(observation_space.shape))
+        normalized = getattr(normalizer, "obs", None) is not None
+        self.encoder = make_encoder(observation_space, encoder, normalized)
+        obs_dim = self.encoder.features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
             out_dim = int(action_space.n)
@@ -90,9 +102,22 @@ class ActorCritic(nn.Module):
         self._spaces = f"{observation_space} -> {action_space}"
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """What the networks see: observations flattened to ``(B, D)`` and normalized."""
-        obs = obs.flatten(1)
-        return obs if self.normalizer is None else self.normalizer(obs)
+        """What the heads see: the encoder's ``(B, F)`` features of raw observations (flat
+        ones normalized by the running statistics)."""
+        x = self.encoder(obs)
+        return x if self.normalizer is None else self.normalizer(x)
+
+    @property
+    def shares_encoder(self) -> bool:
+        """Do the heads share a trained encoder (a CNN), so that values are best computed
+        with the actions, from the same features? (A flatten has no parameters: there the
+        collector computes a rollout's values in one batched pass.)"""
+        return self.critic is not None and any(True for _ in self.encoder.parameters())
+
+    def forward_and_value(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` and :meth:`value` of ``obs`` from one pass of the encoder."""
+        features = self.features(obs)
+        return self.actor(features), self._critic()(features).squeeze(-1)
 
     @property
     def has_critic(self) -> bool:
@@ -159,7 +184,10 @@ class ActorCritic(nn.Module):
         self, obs: torch.Tensor, actions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probability of ``actions`` and policy entropy at ``obs``, each shape ``(B,)``."""
-        out = self(obs)
+        return self._log_prob_entropy(self(obs), actions)
+
+    def _log_prob_entropy(self, out: torch.Tensor, actions: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
         if self.discrete:
             logp_all = out.log_softmax(-1)
             logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
@@ -170,10 +198,23 @@ class ActorCritic(nn.Module):
 
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """State values, shape ``(B,)``."""
+        return self._critic()(self.features(obs)).squeeze(-1)
+
+    def evaluate_actions(self, obs: torch.Tensor, actions: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """``(log_prob, entropy, value)`` of ``actions`` at ``obs``, each ``(B,)``, from one
+        pass of the encoder (what :meth:`log_prob_entropy` and :meth:`value` give, without
+        encoding the frames twice)."""
+        critic = self._critic()
+        features = self.features(obs)
+        logp, entropy = self._log_prob_entropy(self.actor(features), actions)
+        return logp, entropy, critic(features).squeeze(-1)
+
+    def _critic(self) -> nn.Module:
         if self.critic is None:
             raise BeyondfitError(
                 f"the policy {type(self).__name__}({self._spaces}) has no value head, but "
                 "something (the loss?) asked it for values: build it with value_head=True "
                 "(on the command line task.critic=true), or use a loss that needs no critic"
             )
-        return self.critic(self.features(obs)).squeeze(-1)
+        return self.critic

@@ -24,7 +24,8 @@ import gymnasium.wrappers
 from beyondfit.core.errors import BeyondfitError
 
 #: The architecture keys the gym task writes (policy_gradient.build's ``architecture``).
-KEYS = ("env", "hidden", "activation", "log_std_init", "critic", "wrappers", "normalizer")
+KEYS = ("env", "hidden", "activation", "log_std_init", "critic", "wrappers", "normalizer",
+        "encoder", "env_kwargs")
 #: ``activation`` values :class:`~beyondfit.rl.policies.ActorCritic` builds.
 ACTIVATIONS = ("relu", "tanh")
 #: :class:`~beyondfit.rl.normalization.Normalizer` options and their checks.
@@ -41,11 +42,11 @@ REFUSED_WRAPPERS = frozenset({"RecordVideo"})
 #: The entries of an off-policy agent's description (SAC, TD3, DQN: ``kind: offpolicy``) and
 #: the options it may give: the agent's ``kind`` (``beyondfit.tasks.offpolicy.AGENTS``) and
 #: those of :class:`~beyondfit.rl.agents.OffPolicyAgent` or :class:`~beyondfit.rl.agents.QAgent`.
-AGENT_KEYS = ("kind", "env", "wrappers", "agent")
+AGENT_KEYS = ("kind", "env", "wrappers", "agent", "env_kwargs")
 AGENT_KINDS = ("actor_critic", "q")
 AGENT_OPTIONS = ("kind", "actor", "hidden", "critic_hidden", "critics", "init_alpha",
                  "exploration_noise", "log_std", "activation", "exploration_fraction",
-                 "exploration_initial_eps", "exploration_final_eps")
+                 "exploration_initial_eps", "exploration_final_eps", "encoder")
 #: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.agents.LOG_STD_RANGES`' names).
 _LOG_STD_MODES = ("tanh", "clamp")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
@@ -64,7 +65,11 @@ def gymnasium_wrappers() -> dict[str, type]:
     ``vars()``, not ``getattr``: Gymnasium imports its jax/torch converters lazily on access,
     and play imports nothing for a file.
     """
-    found = {}
+    from beyondfit.rl.suites import ClipRewardSign, EpisodicLife, FireReset
+
+    # The package's own Atari wrappers (conf/task/atari.yaml) are as safe to build as these.
+    found = {f"{cls.__module__}.{cls.__qualname__}": cls
+             for cls in (EpisodicLife, FireReset, ClipRewardSign)}
     for name in gymnasium.wrappers.__all__:
         cls = vars(gymnasium.wrappers).get(name)
         if isinstance(cls, type) and issubclass(cls, gym.Wrapper) and name not in REFUSED_WRAPPERS:
@@ -114,9 +119,10 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
         if key not in meta:
             raise bad(key, "given (the entry is missing)")
     for key in KEYS:
-        if key != "wrappers" and key != "normalizer":
+        if key not in ("wrappers", "normalizer", "encoder", "env_kwargs"):
             check_literal(meta.get(key), key, source)
     _check_env(meta, source, allowed, bad)
+    encoder_factory(meta.get("encoder", "auto"), "encoder", source, allowed, check_only=True)
     hidden = meta["hidden"]
     if (not isinstance(hidden, list | tuple) or len(hidden) > _MAX_LAYERS
             or not all(type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden)):
@@ -145,6 +151,12 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
 
 def _check_env(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
                bad: Callable[[str, str], BeyondfitError]) -> None:  # fmt: skip
+    kwargs = meta.get("env_kwargs", {})
+    if not isinstance(kwargs, Mapping) or not all(
+            isinstance(k, str) and k.isidentifier() and not k.startswith("_") for k in kwargs):
+        raise bad("env_kwargs", "a mapping of keyword arguments")
+    for key, value in kwargs.items():
+        check_literal(value, f"env_kwargs.{key}", source)
     env = meta.get("env")
     if not isinstance(env, str) or not _ENV_ID.fullmatch(env):
         raise bad("env", "a Gymnasium env id such as CartPole-v1")
@@ -180,7 +192,10 @@ def _check_agent(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
     if not isinstance(agent, Mapping) or set(agent) - set(AGENT_OPTIONS):
         raise bad("agent", f"a mapping of {', '.join(AGENT_OPTIONS)}")
     for key, value in agent.items():
-        check_literal(value, f"agent.{key}", source)
+        if key == "encoder":
+            encoder_factory(value, "agent.encoder", source, allowed, check_only=True)
+        else:
+            check_literal(value, f"agent.{key}", source)
     if agent.get("kind", "actor_critic") not in AGENT_KINDS:
         raise bad("agent", f"a kind among {', '.join(AGENT_KINDS)}")
     hidden = [*agent.get("hidden", ()), *(agent.get("critic_hidden") or ())]
@@ -230,6 +245,43 @@ def wrapper_factory(
             return lambda env: env
         cls = _import_class(target, where, source)
     return functools.partial(cls, **options)
+
+
+def encoder_factory(entry: Any, where: str, source: str, allowed: Iterable[str] = (),
+                    check_only: bool = False) -> Any:  # fmt: skip
+    """The encoder a saved entry names: a built-in's name (:data:`~beyondfit.rl.encoders.
+    ENCODERS`) as it is, or ``{"_target_": "module.function", OPTION: VALUE}`` (a factory of
+    your own and its literal options), imported only from a module the user allowed
+    (``--allow-import``)."""
+    from beyondfit.rl.encoders import ENCODERS
+
+    if isinstance(entry, str) and entry in ENCODERS:
+        return entry
+    target = entry.get("_target_") if isinstance(entry, Mapping) else None
+    if not isinstance(target, str) or not re.fullmatch(r"[\w.]+", target):
+        raise BeyondfitError(f"{source} was refused: {where}={str(entry)[:80]!r} is neither one "
+                             f"of {', '.join(ENCODERS)} nor {{_target_: module.function}}")
+    options = {k: v for k, v in entry.items() if k != "_target_"}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key.isidentifier() or key.startswith("_"):
+            raise BeyondfitError(f"{source} was refused: {where} has option {str(key)[:40]!r}, "
+                                 "not a plain keyword argument")
+        check_literal(value, f"{where}.{key}", source)
+    module = target.rpartition(".")[0]
+    if not module or not consented(module, allowed):
+        raise BeyondfitError(f"{source} names its own encoder {target!r}; play imports nothing "
+                             f"a policy file names: add --allow-import {module or target} if "
+                             "you trust it")
+    if check_only:
+        return "auto"
+    try:
+        factory = getattr(importlib.import_module(module), target.rpartition(".")[2])
+    except Exception as exc:
+        raise BeyondfitError(f"{source}: importing the encoder {target!r} raised "
+                             f"{type(exc).__name__}: {exc}") from None
+    if not callable(factory):
+        raise BeyondfitError(f"{source}: the encoder {target!r} is not callable")
+    return functools.partial(factory, **options)
 
 
 def _import_class(target: str, where: str, source: str) -> type:

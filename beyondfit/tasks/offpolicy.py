@@ -24,6 +24,7 @@ from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.agents import AGENTS
 from beyondfit.rl.algorithm import OffPolicyUpdate, engine_updates
+from beyondfit.rl.encoders import describe_encoder
 from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
@@ -59,6 +60,8 @@ def build(
     normalize: Any = None,
     log_std_init: Any = None,
     confirm_episodes: int = 10,
+    encoder: Any = "auto",
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
@@ -79,6 +82,9 @@ def build(
         gamma, hidden, activation: the task's, which the algo files hand on
             (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read there, not here.
         normalize, log_std_init: policy-gradient settings; ``normalize`` must be off.
+        encoder, env_kwargs: as for :func:`beyondfit.tasks.policy_gradient.build`; the
+            encoder sits inside the Q network (DQN) or the critic (SAC, TD3), whose features
+            the actor reads. ``task.agent.encoder`` overrides ``task.encoder``.
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
@@ -88,19 +94,21 @@ def build(
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
     settings = _replay_settings(replay)
-    envs = make_vector_env(env, num_envs, wrappers, sync=True)  # copies a resume can rebuild
+    # Copies a resume can rebuild.
+    envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs)
     try:
-        model, described = _agent(agent, envs)
+        model, described = _agent(agent, envs, encoder)
         updates, added = engine_updates(model, loss, optimizers)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
         description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
-                       "agent": described}
+                       "agent": described, "env_kwargs": dict(env_kwargs or {})}
         # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
         return rl_task(model, updates, data, description, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,
-                       confirm_episodes=confirm_episodes, started=started, leave_out=added)
+                       confirm_episodes=confirm_episodes, started=started, leave_out=added,
+                       env_kwargs=env_kwargs)
     except BaseException:
         envs.close()
         raise
@@ -121,11 +129,13 @@ def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def _agent(agent: Mapping[str, Any] | None, envs: Any) -> tuple[Any, dict[str, Any]]:
+def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any
+           ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The agent ``task.agent`` describes (its ``kind``, a key of
-    :data:`~beyondfit.rl.agents.AGENTS`, and that class's options) for ``envs``' spaces, and
-    that description as plain data (for ``policy.json``)."""
+    :data:`~beyondfit.rl.agents.AGENTS`, and that class's options; ``encoder`` unless it names
+    its own) for ``envs``' spaces, and that description as plain data (for ``policy.json``)."""
     options = dict(agent or {})
+    options.setdefault("encoder", encoder)
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
         raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
@@ -134,6 +144,7 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any) -> tuple[Any, dict[str, A
         model = AGENTS[kind](envs.single_observation_space, envs.single_action_space, **options)
     except TypeError as exc:
         raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
+    options["encoder"] = describe_encoder(options["encoder"])
     return model, _plain({"kind": kind, **options})
 
 

@@ -25,6 +25,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.rl.algorithm import OffPolicyUpdate
 from beyondfit.rl.collector import RolloutCollector
+from beyondfit.rl.encoders import describe_encoder
 from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.losses import LossFn
 from beyondfit.rl.normalization import normalizer_options
@@ -62,6 +63,8 @@ def build(
     target_return: float | None = None,
     normalize: bool | Mapping[str, Any] | None = None,
     anneal: Mapping[str, float | None] | None = None,
+    encoder: Any = "auto",
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Task:
     """Build the RL task: policy, rollout collector, the given loss closure, greedy evaluator.
 
@@ -101,6 +104,12 @@ def build(
             ``lr`` is the final learning rate as a fraction of ``optimizer.lr`` (0.0 anneals to
             zero; ``null`` keeps it constant), ``ent_coef`` and ``clip_coef`` (PPO) the final
             values of those coefficients.
+        encoder: what reads the observations, the trunk policy and value heads share
+            (:func:`~beyondfit.rl.encoders.make_encoder`): ``auto`` (a CNN for images, a
+            flatten for vectors), ``flat``, ``nature``, ``minatar``, or your own factory
+            ``observation_space -> nn.Module``.
+        env_kwargs: keyword arguments of each env copy's ``gym.make`` (Atari's
+            ``frameskip=1`` under ``AtariPreprocessing``).
     """
     started = time.perf_counter()
     if isinstance(loss, Mapping | list | tuple | OffPolicyUpdate):
@@ -130,14 +139,14 @@ def build(
     check_number("task.collector.gae_lambda", settings["gae_lambda"], at_least=0, at_most=1,
                  example="task.collector.gae_lambda=0.95")
 
-    envs = make_vector_env(env, num_envs, wrappers)
+    envs = make_vector_env(env, num_envs, wrappers, env_kwargs=env_kwargs)
     try:
         obs_size = int(np.prod(envs.single_observation_space.shape))
         normalizer = normalizer_options(normalize, obs_size, gamma)
         policy = ActorCritic(envs.single_observation_space, envs.single_action_space,
                              hidden=tuple(hidden), value_head=bool(critic),
                              log_std_init=log_std_init, activation=activation,
-                             normalizer=normalizer)
+                             normalizer=normalizer, encoder=encoder)
         data = RolloutCollector(
             envs, policy,
             num_steps=settings["rollout_steps"], total_env_steps=total_env_steps, gamma=gamma,
@@ -150,12 +159,13 @@ def build(
         architecture = {"env": env, "hidden": list(hidden), "activation": activation,
                         "log_std_init": log_std_init, "critic": bool(critic),
                         "wrappers": describe_wrappers(wrappers),
-                        "normalizer": None if normalizer is None else normalizer.describe()}
+                        "normalizer": None if normalizer is None else normalizer.describe(),
+                        "encoder": describe_encoder(encoder), "env_kwargs": dict(env_kwargs or {})}
         return rl_task(policy, loss, data, architecture, env=env, wrappers=wrappers, seed=seed,
                        eval_every=rollouts_between_evals * data.batches_per_rollout,
                        eval_episodes=eval_episodes, target_return=target_return,
                        confirm_episodes=confirm_episodes, started=started,
-                       callbacks=env_step_schedules(anneal, data, loss))
+                       callbacks=env_step_schedules(anneal, data, loss), env_kwargs=env_kwargs)
     except BaseException:
         envs.close()
         raise

@@ -68,6 +68,7 @@ def rl_task(
     started: float,
     callbacks: Sequence[Callback] = (),
     leave_out: Sequence[str] = (),
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> Task:
     """The :class:`~beyondfit.Task` of an RL algorithm: what every RL task does around it.
 
@@ -81,13 +82,16 @@ def rl_task(
     copies) and ``description``.
     """
     evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
-                                progress=lambda: data.env_steps, wrappers=wrappers)
+                                progress=lambda: data.env_steps, wrappers=wrappers,
+                                env_kwargs=env_kwargs)
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     stopwatch = Stopwatch()
     confirm = None
     if confirm_episodes:
-        confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(env, n, wrappers=wrappers),
+        confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(
+                                           env, n, wrappers=wrappers, env_kwargs=env_kwargs,
+                                           key="task.confirm_episodes"),
                                        confirm_episodes, seed, target_return)
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:

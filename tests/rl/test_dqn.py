@@ -210,7 +210,8 @@ def test_the_task_builds_dqn_with_its_target_and_leaves_the_target_out_of_the_po
     task.val_data.close()
     assert [u.name for u in engine.updates] == ["q"] and engine.updates[0].steps == 20
     assert task.model.q_target.calls == 20  # after each of the q update's steps
-    assert torch.equal(task.model.q_target.module[0].weight, task.model.q[0].weight)  # at 20
+    target, online = task.model.q_target.module.head[0], task.model.q.head[0]
+    assert torch.equal(target.weight, online.weight)  # at 20
     assert task.eval_every == round(5_000 * 2 / 4)
 
 

@@ -1,0 +1,105 @@
+"""The pixel tasks on the command line: ``+task=atari`` (ale-py) and ``+task=minatar``, with
+the encoder in the saved policy, ``play`` replaying it, and a user's own encoder from
+``--config-dir`` training PPO on MinAtar without a package edit."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kit import QUIET, cli, rows
+
+pytest.importorskip("ale_py", reason='the atari extra: pip install -e ".[atari]"')
+pytest.importorskip("minatar", reason='the minatar extra: pip install -e ".[minatar]"')
+
+TINY = ["task.eval_episodes=1", "task.confirm_episodes=1", "logger=[]", *QUIET]
+
+
+def quiet(stderr: str) -> str:
+    """stderr without the ALE's banner and its bindings' exit-time leak report."""
+    return "\n".join(line for line in stderr.splitlines() if not any(
+        word in line for word in ("A.L.E", "Stella", "leaked", "nanobind", "skipped remainder")))
+
+
+@pytest.mark.e2e
+@pytest.mark.runs("conf/task/atari.yaml", "conf/experiment/tuned/atari_ppo.yaml",
+                  "conf/task/minatar.yaml", "conf/experiment/tuned/minatar_ppo.yaml")
+@pytest.mark.parametrize(("task", "encoder", "shape"), [
+    ("atari", "nature", [4, 84, 84]), ("minatar", "minatar", [10, 10, 4])])
+def test_the_pixel_tasks_train_save_their_encoder_and_play(tmp_path: Path, task, encoder,
+                                                           shape) -> None:  # fmt: skip
+    run = tmp_path / task
+    done = cli(f"+task={task}", "task.total_env_steps=2048", "task.eval_every_env_steps=1024",
+               *TINY, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, quiet(done.stderr)
+    policy = json.loads((run / "policy.json").read_text())
+    assert policy["encoder"] == "auto" if task == "atari" else policy["encoder"] == encoder
+    train = [r for r in rows(run) if r.get("kind") == "train"]
+    assert train and train[-1]["env_steps"] == 2048
+    played = cli(str(run), "--episodes", "1", module="beyondfit.play", cwd=tmp_path)
+    assert played.returncode == 0, quiet(played.stderr)
+    assert "mean return" in played.stdout
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("task", ["atari", "minatar"])
+def test_debug_fast_runs_each_pixel_task_in_seconds(tmp_path: Path, task) -> None:
+    done = cli(f"+task={task}", "+debug=fast", cwd=tmp_path)
+    assert done.returncode == 0, quiet(done.stderr)
+    assert "resumed from the step-1 checkpoint" in done.stdout + done.stderr
+
+
+MYENC = '''
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class Impala(nn.Module):
+    """One IMPALA-style residual block over a MinAtar board, then 64 features."""
+
+    def __init__(self, observation_space, channels=16):
+        super().__init__()
+        c = observation_space.shape[-1]
+        self.conv = nn.Conv2d(c, channels, 3, padding=1)
+        self.res1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.res2 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.out = nn.Linear(channels * 10 * 10, 64)
+
+    def forward(self, obs):
+        x = self.conv(obs.permute(0, 3, 1, 2).float())
+        x = x + self.res2(F.relu(self.res1(F.relu(x))))
+        return F.relu(self.out(F.relu(x).flatten(1)))
+'''
+
+
+@pytest.mark.e2e
+def test_an_encoder_of_ones_own_trains_ppo_on_minatar(tmp_path: Path) -> None:
+    (tmp_path / "myenc.py").write_text(MYENC)
+    run = tmp_path / "own"
+    done = cli("+task=minatar", "task.total_env_steps=2048", "task.eval_every_env_steps=2048",
+               "task.encoder={_target_:myenc.Impala,_partial_:true,channels:8}", *TINY,
+               f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, quiet(done.stderr)
+    policy = json.loads((run / "policy.json").read_text())
+    assert policy["encoder"] == {"_target_": "myenc.Impala", "channels": 8}
+    refused = cli(str(run), "--episodes", "1", module="beyondfit.play", cwd=tmp_path)
+    assert refused.returncode == 2 and "--allow-import myenc" in refused.stderr
+    played = cli(str(run), "--episodes", "1", "--allow-import", "myenc",
+                 module="beyondfit.play", cwd=tmp_path)
+    assert played.returncode == 0, quiet(played.stderr)
+
+
+@pytest.mark.e2e
+def test_a_missing_simulator_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    blocked = tmp_path / "blocked"
+    blocked.mkdir()
+    (blocked / "minatar.py").write_text("raise ImportError('No module named minatar')\n")
+    done = cli("+task=minatar", *TINY, f"hydra.run.dir={tmp_path / 'r'}", cwd=tmp_path,
+               env={**os.environ, "PYTHONPATH": str(blocked)}, fresh=True)
+    assert done.returncode == 2
+    assert 'pip install "beyondfit[minatar]"' in done.stderr
+    assert quiet(done.stderr).strip().count("\n") == 0
