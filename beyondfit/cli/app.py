@@ -102,7 +102,7 @@ def _job(cfg: DictConfig) -> float | None:
     except (OSError, RuntimeError, MemoryError) as exc:  # a full disk, a blocked path, no memory
         line = os_error_line(exc) if isinstance(exc, OSError) else out_of_memory_line(exc)
         if line is None:
-            raise
+            return _user_code_failed(exc, cfg)
         if not job_failed(line):
             fail(line)
         return None
@@ -111,7 +111,103 @@ def _job(cfg: DictConfig) -> float | None:
         if exc.checkpoint is not None:
             print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except Exception as exc:  # raised in the user's code (a loss closure, data), or a bug of ours
+        return _user_code_failed(exc, cfg)
     return objective(cfg, history, read_result(run_dir)) if search else None
+
+
+def _user_code_failed(exc: Exception, cfg: DictConfig, sweep: bool = True) -> None:
+    """An exception from the user's own code while the run trained (a loss closure, a data
+    iterable): the error line and the user's frames, not the package's; the process then exits
+    with 2 (a grid sweep goes on with its next job; ``sweep=False``: a torchrun rank that runs
+    no Hydra). Re-raised when no frame is the user's (a bug of ours: the whole traceback), or
+    with ``HYDRA_FULL_ERROR=1``."""
+    report = None if _WANTS_TRACEBACKS else user_code_error(exc, cfg)
+    if report is None:
+        raise exc
+    line, frames = report
+    if sweep and job_failed(line):
+        print(frames, file=sys.stderr)
+        return None
+    print(f"beyondfit: error: {line}\n{frames}", file=sys.stderr)
+    sys.exit(2)
+
+
+#: At most this many of the user's frames are shown (the innermost ones).
+_FRAMES_SHOWN = 8
+
+
+def user_code_error(exc: BaseException, cfg: DictConfig | None = None) -> tuple[str, str] | None:
+    """``(line, frames)`` for an exception raised in (or through) the user's own code, as the
+    errors of a ``_target_`` that raised while it was built say it
+    (:func:`beyondfit.cli.targets.instantiate_section`): ``KEY (TARGET) raised TYPE: MESSAGE
+    (at FILE:LINE)``, the key being the config's ``_target_`` whose module holds the innermost
+    of the user's frames; ``frames``: those frames, innermost last, one line of source each.
+    ``None`` when no frame is the user's: no file of beyondfit, of an installed package, of
+    Python's own library, or of no file (``<string>``)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if _users(f.filename)]
+    if not frames:
+        return None
+    last = frames[-1]
+    where = f"{Path(last.filename).name}:{last.lineno}"
+    message = " ".join(str(exc).split()) or "(no message)"
+    if len(message) > 300:
+        message = message[:300] + "..."
+    owner = _target_of(last.filename, cfg)
+    who = f"{owner[0]} ({owner[1]})" if owner else "your code"
+    line = f"{who} raised {type(exc).__name__}: {message} (at {where} in {last.name})"
+    shown = [f"  {f.filename}:{f.lineno} in {f.name}" + (f": {f.line.strip()}" if f.line else "")
+             for f in frames[-_FRAMES_SHOWN:]]
+    more = len(frames) - _FRAMES_SHOWN
+    head = "  your code, innermost last" + (f" ({more} outer frames left out)" if more > 0
+                                            else "")
+    return line, "\n".join([f"{head} (HYDRA_FULL_ERROR=1: the whole traceback):", *shown])
+
+
+def _users(filename: str) -> bool:
+    """Whether a frame's file is the user's: not beyondfit's, an installed package's or the
+    standard library's, and a file (not ``<string>``, ``<frozen runpy>``)."""
+    import sysconfig
+
+    if filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    package = os.path.realpath(Path(__file__).resolve().parent.parent)
+    libraries = {os.path.realpath(p) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(key))}
+    if any(path.startswith(folder + os.sep) for folder in (package, *libraries)):
+        return False
+    return "site-packages" not in path and "dist-packages" not in path
+
+
+def _target_of(filename: str, cfg: DictConfig | None) -> tuple[str, str] | None:
+    """``(key, target)`` of the most specific ``_target_`` under ``task`` whose module is the
+    file ``filename`` (``task.loss``, ``mymod.cql_dqn``)."""
+    from omegaconf import ListConfig
+
+    found: list[tuple[str, str]] = []
+
+    def walk(node: object, key: str) -> None:
+        if isinstance(node, DictConfig):
+            target = node.get("_target_") if "_target_" in node else None
+            if isinstance(target, str):
+                module = sys.modules.get(target.rpartition(".")[0])
+                path = getattr(module, "__file__", None)
+                if path and os.path.realpath(path) == os.path.realpath(filename):
+                    found.append((key, target))
+            for name in node:
+                walk(node._get_node(name), f"{key}.{name}")
+        elif isinstance(node, ListConfig):
+            for i in range(len(node)):
+                walk(node._get_node(i), f"{key}[{i}]")
+
+    try:
+        walk(cfg.get("task") if cfg is not None else None, "task")
+    except Exception:  # an interpolation that cannot resolve: the line names no key
+        return None
+    return max(found, key=lambda kt: kt[0].count(".")) if found else None
 
 
 def searching() -> bool:
@@ -237,10 +333,12 @@ def _follow(cfg: DictConfig, run_dir: str) -> None:
     except (OSError, RuntimeError, MemoryError) as exc:
         line = os_error_line(exc) if isinstance(exc, OSError) else out_of_memory_line(exc)
         if line is None:
-            raise
+            _user_code_failed(exc, cfg, sweep=False)
         fail(line)
     except TrainingInterrupted as exc:
         sys.exit(exc.exit_code)  # rank 0 prints where the checkpoint is
+    except Exception as exc:
+        _user_code_failed(exc, cfg, sweep=False)
 
 
 def open_update_names(args: list[str]) -> list[str]:
@@ -382,6 +480,10 @@ def leave_process(code: int) -> None:
     os._exit(code)
 
 
+#: Whether the user set HYDRA_FULL_ERROR=1 (then every error is the whole traceback).
+_WANTS_TRACEBACKS = False
+
+
 def run_hydra(app: Callable[[], None]) -> None:
     """Run the Hydra app with its errors raised, not printed, and print each as one line.
 
@@ -389,7 +491,8 @@ def run_hydra(app: Callable[[], None]) -> None:
     job" with a traceback); with HYDRA_FULL_ERROR=1 it raises them instead, so that the bad
     key can be named in one line here. A user who set HYDRA_FULL_ERROR=1 gets tracebacks.
     """
-    wants_tracebacks = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    global _WANTS_TRACEBACKS
+    wants_tracebacks = _WANTS_TRACEBACKS = os.environ.get("HYDRA_FULL_ERROR") == "1"
     os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         app()
