@@ -255,7 +255,7 @@ class RolloutCollector(EnvCollector):
                 if reports and "episode" in info:  # the env's own episodes (a game, all lives)
                     finished = env_api.reported_episodes(info)
                     if finished is not None:
-                        self.episodes.add(*finished)
+                        self.episodes.add_each(*finished)
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)

@@ -12,8 +12,10 @@
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
+import numpy as np
 import torch
 from gymnasium.vector import VectorEnv
 
@@ -21,10 +23,16 @@ from beyondfit.core.seeding import rank_seed
 
 
 class EpisodeStats:
-    """Sums over the episodes that finished since the last :meth:`take`: count, return, length."""
+    """Sums over the episodes that finished since the last :meth:`take`: count, return, length;
+    and the returns of the last :data:`RECENT` episodes an env reported one by one (Gymnasium's
+    ``RecordEpisodeStatistics``), whose mean the benchmarks compare (``episode_return_100``)."""
+
+    #: How many reported episodes the trailing mean covers (the usual "last 100 episodes").
+    RECENT = 100
 
     def __init__(self) -> None:
         self.episodes, self.returns, self.lengths = 0, 0.0, 0
+        self.recent: collections.deque[float] = collections.deque(maxlen=self.RECENT)
 
     def add(self, episodes: int, returns: float, lengths: int) -> None:
         """Count ``episodes`` more finished episodes, with the sum of their returns and lengths."""
@@ -32,23 +40,36 @@ class EpisodeStats:
         self.returns += float(returns)
         self.lengths += int(lengths)
 
+    def add_each(self, returns: np.ndarray, lengths: np.ndarray) -> None:
+        """Count finished episodes one by one (their returns and lengths)."""
+        self.add(len(returns), float(np.sum(returns)), int(np.sum(lengths)))
+        self.recent.extend(float(r) for r in returns)
+
     def take(self) -> dict[str, float]:
         """The means since the last call (``{}`` when no episode finished: an empty interval
-        has no mean, and a NaN would poison plots and stop rules), then start afresh."""
+        has no mean, and a NaN would poison plots and stop rules), then start afresh; with
+        episodes reported one by one, also the mean of the last :data:`RECENT`."""
         out = {}
         if self.episodes:
             out = {"episode_return": self.returns / self.episodes,
                    "episode_length": self.lengths / self.episodes}
+            if self.recent:
+                out["episode_return_100"] = sum(self.recent) / len(self.recent)
         self.episodes, self.returns, self.lengths = 0, 0.0, 0
         return out
 
-    def state_dict(self) -> list[int | float]:
-        """``[episodes, returns, lengths]``: plain data for a checkpoint."""
-        return [self.episodes, self.returns, self.lengths]
+    def state_dict(self) -> list[Any]:
+        """``[episodes, returns, lengths]`` and, when episodes were reported one by one, the
+        recent returns: plain data for a checkpoint."""
+        state: list[Any] = [self.episodes, self.returns, self.lengths]
+        return [*state, list(self.recent)] if self.recent else state
 
-    def load_state_dict(self, state: list[int | float]) -> None:
+    def load_state_dict(self, state: list[Any]) -> None:
         """Restore :meth:`state_dict`."""
         self.episodes, self.returns, self.lengths = int(state[0]), float(state[1]), int(state[2])
+        self.recent.clear()
+        if len(state) > 3:
+            self.recent.extend(float(r) for r in state[3][-self.RECENT:])
 
 
 class EnvCollector:

@@ -150,15 +150,14 @@ def _wrapper_class(wrapper: Any) -> Any:
     return wrapper
 
 
-def reported_episodes(info: Mapping[str, Any]) -> tuple[int, float, int] | None:
+def reported_episodes(info: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray] | None:
     """The episodes a vector step's ``info`` reports finished (Gymnasium's
-    ``RecordEpisodeStatistics``): ``(count, sum of returns, sum of lengths)``; ``None`` when
-    none finished in this step."""
+    ``RecordEpisodeStatistics``): their returns and lengths; ``None`` when none finished in
+    this step."""
     episode, mask = info.get("episode"), info.get("_episode")
     if episode is None or mask is None or not mask.any():
         return None
-    return (int(mask.sum()), float(np.asarray(episode["r"])[mask].sum()),
-            int(np.asarray(episode["l"])[mask].sum()))
+    return np.asarray(episode["r"])[mask], np.asarray(episode["l"])[mask]
 
 
 def env_error(envs: VectorEnv | str, where: str, exc: BaseException) -> BeyondfitError:
