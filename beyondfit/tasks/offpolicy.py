@@ -62,6 +62,7 @@ def build(
     confirm_episodes: int = 10,
     encoder: Any = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
+    vectorization: str = "auto",
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
@@ -85,6 +86,8 @@ def build(
         encoder, env_kwargs: as for :func:`beyondfit.tasks.policy_gradient.build`; the
             encoder sits inside the Q network (DQN) or the critic (SAC, TD3), whose features
             the actor reads. ``task.agent.encoder`` overrides ``task.encoder``.
+        vectorization: ``auto`` or ``sync``: the copies are stepped in this process, which an
+            exact resume rebuilds (``async`` is refused in one line).
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
@@ -95,7 +98,8 @@ def build(
                              "available to the off-policy algorithms; set task.normalize=null")
     settings = _replay_settings(replay)
     # Copies a resume can rebuild.
-    envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs)
+    envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
+                           vectorization=vectorization)
     try:
         model, described = _agent(agent, envs, encoder)
         updates, added = engine_updates(model, loss, optimizers)  # one optimizer each

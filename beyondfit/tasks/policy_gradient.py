@@ -65,6 +65,7 @@ def build(
     anneal: Mapping[str, float | None] | None = None,
     encoder: Any = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
+    vectorization: str = "auto",
 ) -> Task:
     """Build the RL task: policy, rollout collector, the given loss closure, greedy evaluator.
 
@@ -110,6 +111,8 @@ def build(
             ``observation_space -> nn.Module``.
         env_kwargs: keyword arguments of each env copy's ``gym.make`` (Atari's
             ``frameskip=1`` under ``AtariPreprocessing``).
+        vectorization: how the training env copies are stepped
+            (:data:`~beyondfit.rl.envs.VECTORIZATIONS`: ``auto``, ``sync``, ``async``).
     """
     started = time.perf_counter()
     if isinstance(loss, Mapping | list | tuple | OffPolicyUpdate):
@@ -139,7 +142,8 @@ def build(
     check_number("task.collector.gae_lambda", settings["gae_lambda"], at_least=0, at_most=1,
                  example="task.collector.gae_lambda=0.95")
 
-    envs = make_vector_env(env, num_envs, wrappers, env_kwargs=env_kwargs)
+    envs = make_vector_env(env, num_envs, wrappers, env_kwargs=env_kwargs,
+                           vectorization=vectorization)
     try:
         obs_size = int(np.prod(envs.single_observation_space.shape))
         normalizer = normalizer_options(normalize, obs_size, gamma)

@@ -147,7 +147,7 @@ def test_the_policy_shares_its_cnn_between_policy_and_value() -> None:
 
 
 def test_running_statistics_are_refused_for_images_in_one_line() -> None:
-    with pytest.raises(BeyondfitError, match="task.normalize"):
+    with pytest.raises(BeyondfitError, match=r"task\.normalize"):
         ActorCritic(FRAMES, gym.spaces.Discrete(4), normalizer=Normalizer(4 * 84 * 84))
     ActorCritic(FRAMES, gym.spaces.Discrete(4),  # rewards alone are fine
                 normalizer=Normalizer(4 * 84 * 84, observations=False))

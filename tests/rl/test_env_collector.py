@@ -39,7 +39,7 @@ class Scored(gym.Wrapper):
         return self.obs, {}
 
     def step(self, action):
-        self.obs, reward, terminated, truncated, info = self.env.step(action)
+        self.obs, _, terminated, truncated, info = self.env.step(action)
         self.t += 1
         self.over = terminated or truncated
         return self.obs, 0.0, self.over or self.t % 3 == 0, truncated, info
