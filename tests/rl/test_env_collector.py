@@ -59,3 +59,22 @@ def test_the_collector_counts_the_episodes_the_env_reports() -> None:
     assert "episode_return_100" in row
     envs.close()
     assert not make_vector_env("CartPole-v1", 2).reports_episodes
+
+
+def test_the_copies_are_stepped_as_task_vectorization_says() -> None:
+    import pytest
+
+    from beyondfit import BeyondfitError
+
+    envs = make_vector_env("CartPole-v1", 2, vectorization="async")
+    assert isinstance(envs, gym.vector.AsyncVectorEnv)
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space)
+    batch = next(iter(RolloutCollector(envs, policy, num_steps=8, total_env_steps=16, seed=0)))
+    assert batch.obs.shape == (16, 4)
+    envs.close()
+    assert isinstance(make_vector_env("CartPole-v1", 2, vectorization="sync"),
+                      gym.vector.SyncVectorEnv)
+    for options, words in (({"vectorization": "fast"}, "task.vectorization='fast'"),
+                           ({"vectorization": "async", "sync": True}, "use task.vectorization")):
+        with pytest.raises(BeyondfitError, match=words.replace(".", r"\.")):
+            make_vector_env("CartPole-v1", 2, **options)
