@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
+from beyondfit import BeyondfitError
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.env_collector import EpisodeStats
 from beyondfit.rl.envs import make_vector_env
@@ -61,11 +63,8 @@ def test_the_collector_counts_the_episodes_the_env_reports() -> None:
     assert not make_vector_env("CartPole-v1", 2).reports_episodes
 
 
+@pytest.mark.e2e  # async: a subprocess per copy
 def test_the_copies_are_stepped_as_task_vectorization_says() -> None:
-    import pytest
-
-    from beyondfit import BeyondfitError
-
     envs = make_vector_env("CartPole-v1", 2, vectorization="async")
     assert isinstance(envs, gym.vector.AsyncVectorEnv)
     policy = ActorCritic(envs.single_observation_space, envs.single_action_space)
