@@ -131,6 +131,12 @@ _KEY = re.compile(r"""^(?P<indent> *)(?P<key>"[^"]*"|'[^']*'|[^\s#'"-][^#]*?)"""
 _ITEM = re.compile(r"^(?P<indent> *)- (?P<rest>.*)$")
 
 
+def _brackets(text: str) -> int:
+    """Brackets and braces a line opens minus those it closes (a flow value over lines)."""
+    code = text.split(" #", 1)[0]
+    return sum(code.count(c) for c in "[{") - sum(code.count(c) for c in "]}")
+
+
 def _split_comment(text: str) -> tuple[str, str, int]:
     """``(value, comment, the comment's column)`` of the text after a key: the comment starts
     at a ``#`` after a space, outside quotes (column -1: no comment)."""
@@ -174,8 +180,12 @@ def read_yaml(path: Path) -> YamlFile:
     last: Entry | None = None  # the last key, while its inline comment may continue
     last_column = -1
     block_indent = -1  # inside a block scalar (| or >) of a key at this indent
+    flow_open = 0  # brackets a flow value left open, continued on the lines below
     for number, line in enumerate(lines[start:], start + 1):
         indent = len(line) - len(line.lstrip(" "))
+        if flow_open > 0:
+            flow_open += _brackets(line)
+            continue
         if block_indent >= 0:
             if not line.strip() or indent > block_indent:
                 continue
@@ -211,6 +221,8 @@ def read_yaml(path: Path) -> YamlFile:
         entry = Entry((*[k for _, k in stack], key), _join(above, comment), leaf=bool(value))
         if value.startswith(("|", ">")):
             block_indent = indent
+        elif value.startswith(("[", "{")):
+            flow_open = _brackets(value)
         if entry.path != ("defaults",):
             out.entries.append(entry)
         stack.append((indent, key))
