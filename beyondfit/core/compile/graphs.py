@@ -4,13 +4,22 @@
 can say at its end how many graphs it built and how many times it recompiled
 (:class:`CompileReport`); the compiled step (:mod:`beyondfit.core.compile.compiled`) builds its
 graphs with it.
+
+While one of these functions runs (and compiles), what torch's compiler would print (dynamo's
+and inductor's log warnings, Python warnings from torch while a graph is compiled: several
+lines each, about its own internals) goes to the function's report instead, which says what
+matters once, in one line of ours: a graph break and where, a function recompiled up to
+torch's limit (and so left eager) and the value that changed.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import types
+import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -44,6 +53,8 @@ class CompileReport:
         self.graphs = 0
         self.recompiles = 0
         self.eager: dict[str, str] = {}  # part -> reason
+        self._heard: list[tuple[str, str, str]] = []  # what torch's compiler said, not yet told
+        self._said: set[str] = set()
 
     def left_eager(self, part: str, reason: str) -> None:
         """Record (and warn once about) a part that runs eagerly."""
@@ -51,6 +62,31 @@ class CompileReport:
             return
         self.eager[part] = reason
         log.warning("compile: %s runs eagerly (%s)", part, reason)
+
+    def heard(self, kind: str, where: str, said: str) -> None:
+        """Keep what torch's compiler said (``kind``: ``limit``, ``break`` or ``other``) at
+        ``where`` (the user's line, else the traced function's) until :meth:`say_heard`."""
+        self._heard.append((kind, where, said))
+
+    def take_heard(self) -> list[tuple[str, str, str]]:
+        """What torch said since the last call (and forget it)."""
+        heard, self._heard = self._heard, []
+        return heard
+
+    def say_heard(self, keep: str = "") -> list[tuple[str, str, str]]:
+        """Each thing torch's compiler said, once per kind and place, as one warning line;
+        those of kind ``keep`` are returned unsaid (and counted as said)."""
+        kept = []
+        for kind, where, said in self.take_heard():
+            key = "anomaly" if _ANOMALY in where else f"{kind}@{where}"
+            if key in self._said:
+                continue
+            self._said.add(key)
+            if kind == keep:
+                kept.append((kind, where, said))
+            else:
+                log.warning("compile: %s", _ours(kind, where, said))
+        return kept
 
     def line(self) -> str:
         """``compiled: N graphs, M recompiles, K parts left eager (...)``."""
@@ -88,6 +124,7 @@ class CountedCompile:
             # torch.autograd.grad inside the graph (a torch without the switch breaks the
             # graph there, and the caller falls back).
             self.fn = config.patch(trace_autograd_ops=True)(self.fn)
+        _listen()  # torch's compiler is imported by now, its loggers made
 
     def _backend(self, cuda_graphs: bool) -> Any:
         def counting_inductor(gm: Any, example_inputs: Any) -> Any:
@@ -95,13 +132,31 @@ class CountedCompile:
                 self.report.recompiles += 1
             else:
                 self.report.graphs += 1
-            return inductor(gm, example_inputs, patches(example_inputs, cuda_graphs))
+            with warnings.catch_warnings(record=True) as caught:  # the filters still apply
+                compiled = inductor(gm, example_inputs, patches(example_inputs, cuda_graphs))
+            for said in caught:  # torch's own to the report; anyone else's as they were
+                if _TORCH in str(said.filename):
+                    self.report.heard("other", "", str(said.message))
+                else:
+                    warnings.warn_explicit(said.message, said.category, said.filename,
+                                           said.lineno)
+            return compiled
 
         return counting_inductor
 
     def __call__(self, *args: Any) -> Any:
-        out = self.fn(*args)
+        _LISTENERS.append(self.report)
+        try:
+            out = self.fn(*args)
+        except Exception as exc:
+            # A recompile limit that ended in this exception (fullgraph) is the reason the
+            # caller gives for going eager (:func:`reason`); the rest is said here.
+            exc._beyondfit_heard = self.report.say_heard(keep="limit")  # type: ignore[attr-defined]
+            raise
+        finally:
+            _LISTENERS.pop()
         self.called = True
+        self.report.say_heard()
         return out
 
 
@@ -114,7 +169,92 @@ def inductor(gm: Any, example_inputs: Any, patches: dict[str, Any] | None) -> An
 
 def reason(exc: BaseException) -> str:
     """An exception in one short line: its type and its message's first line (for a backend
-    failure, of the exception inside it)."""
+    failure, of the exception inside it); for a function recompiled up to torch's limit
+    (``fullgraph`` makes that an exception), what torch said about it, in our words."""
+    for kind, where, said in getattr(exc, "_beyondfit_heard", ()):
+        if kind == "limit":
+            return _ours(kind, where, said, short=True)
     exc = getattr(exc, "inner_exception", None) or exc
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0][:160]}" if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------- what torch's compiler says
+#: The reports listening now: the innermost running CountedCompile's last.
+_LISTENERS: list[CompileReport] = []
+_TORCH = str(Path(torch.__file__).resolve().parent)
+_PACKAGE = str(Path(__file__).resolve().parents[2])
+_ANOMALY = "anomaly.py"  # debug.anomaly's per-operation check (core/anomaly.py)
+
+
+class _Divert(logging.Filter):
+    """On the handlers of torch's loggers: while a CountedCompile runs, a warning they would
+    print goes to its report (records below WARNING, asked for with TORCH_LOGS, pass)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not _LISTENERS or record.levelno < logging.WARNING:
+            return True
+        try:
+            _LISTENERS[-1].heard(*_read(record.getMessage()))
+        except Exception:  # never lose the run over a message we could not read
+            return True
+        return False
+
+
+_DIVERT = _Divert()
+
+
+def _listen() -> None:
+    """Put :data:`_DIVERT` on every handler of torch's loggers (each has its own, printing to
+    stderr, and does not propagate); again for each compiled function, as torch may set its
+    logging up anew (``torch._logging.set_logs``)."""
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger) and (name == "torch" or name.startswith("torch.")):
+            for handler in logger.handlers:
+                if _DIVERT not in handler.filters:
+                    handler.addFilter(_DIVERT)
+
+
+def _read(message: str) -> tuple[str, str, str]:
+    """``(kind, where, said)`` of one of torch's compiler warnings: a function recompiled up to
+    the limit, a graph break, or anything else (its first line)."""
+    frames = re.findall(r'File "([^"]+)", line (\d+), in (\S+)', message)
+    user = [f for f in frames if not f[0].startswith(_TORCH)]
+    own = [f for f in user if not f[0].startswith(_PACKAGE)]
+    frame = (own or user or [None])[-1]
+    where = f"{Path(frame[0]).name}:{frame[1]} in {frame[2]}" if frame else ""
+    limit = re.search(r"hit config\.(?:recompile|cache_size)_limit \((\d+)\)", message)
+    if limit:
+        function = re.search(r"function: '([^']+)' \(([^)]+)\)", message)
+        if not where and function:
+            where = f"{Path(function.group(2)).name} in {function.group(1)}"
+        last = re.search(r"last reason: (?:\d+/\d+: )?([^\n#]*)", message)
+        guard = " ".join(last.group(1).split()) if last else ""
+        return "limit", where, f"{limit.group(1)}|{guard}"
+    if "Graph break" in message:
+        what = re.search(r"Graph break (?:from|due to|in) `?([^`,\n]+)`?", message)
+        return "break", where, what.group(1).strip() if what else "a graph break"
+    first = message.strip().splitlines()[0] if message.strip() else ""
+    return "other", where, first[:200]
+
+
+def _ours(kind: str, where: str, said: str, short: bool = False) -> str:
+    """One line, in our words, for what torch's compiler said (see :func:`_read`); ``short``:
+    as the reason a part runs eagerly."""
+    at = f" at {where}" if where else ""
+    if _ANOMALY in where:
+        return ("debug.anomaly checks every operation on the host, which breaks the graphs "
+                "and recompiles them: the compiled step runs mostly eagerly, with no gain; "
+                "debug NaNs with engine.compile=false")
+    if kind == "limit":
+        times, _, guard = said.partition("|")
+        because = f" ({guard})" if guard else ""
+        why = (f"a value changed{at}{because}; keep a Python number that changes between "
+               "steps (a counter, a schedule) in a tensor")
+        if short:
+            return f"recompiled {times} times, torch's limit: {why}"
+        return f"torch recompiled {times} times, its limit, and runs eagerly from now on: {why}"
+    if kind == "break":
+        return (f"torch breaks the graph{at} ({said}): the code around it runs eagerly "
+                "between graphs")
+    return f"torch says{at}: {said}"
