@@ -3,7 +3,8 @@
 Each env step acts in a Gymnasium vector env with the agent's own exploration rule
 (``agent.explore``: SAC's sample, TD3's noise, DQN's epsilon-greedy; uniformly random actions
 for the first ``learning_starts`` env steps), stores the transitions in a
-:class:`~beyondfit.rl.replay.ReplayBuffer` on the training device, and then yields as many
+:class:`~beyondfit.rl.replay.ReplayBuffer` on the training device (each field in its own dtype;
+the frames of image observations once each, uint8 frames as uint8), and then yields as many
 minibatches as the update-to-data ratio owes: after ``e`` env steps, ``floor(ratio * (e -
 learning_starts))`` minibatches in all, or with RL-Zoo's ``train_freq``/``gradient_steps``,
 ``gradient_steps`` of them after every ``train_freq`` env steps past ``learning_starts``. The
@@ -17,7 +18,12 @@ transition: it is never stored and not counted in ``env_steps``; the episode's l
 transition has the true final observation as ``next_obs``, with ``terminated`` and
 ``truncated`` kept apart.
 
-Exact resume: a checkpoint holds the buffer's rows, its position, the sampling generator, the
+The buffer is allocated when the collector is built, after its real bytes were measured
+against the memory (one line naming ``task.replay.buffer_size`` and how many transitions would
+fit, when it does not), and its size is the run's first word on it (``replay buffer: 1,000,000
+transitions, 7.3 GB on cpu (...)``).
+
+Exact resume: a checkpoint holds the buffer's fields and frames, the sampling generator, the
 exploration rule's state at that env step (DQN's epsilon: checked against this run's schedule on
 load), and what rebuilds the envs' state: each env copy's random-generator state at its
 episode's start and the actions taken since. On resume each copy is reset from that state and
@@ -70,8 +76,8 @@ class ReplayCollector(EnvCollector):
         agent: the model being trained (:class:`ExploringAgent`; on whatever device the
             engine moved it to).
         total_env_steps: iteration ends after this many env steps (transitions stored).
-        buffer_size: transitions kept (at most ``total_env_steps`` rows are allocated).
-        batch_size: rows per minibatch.
+        buffer_size: transitions kept (at most ``total_env_steps`` are allocated).
+        batch_size: transitions per minibatch.
         learning_starts: env steps of uniformly random actions before the first minibatch.
         updates_per_step: minibatches per env step (the update-to-data ratio; 0.5: one per
             two env steps, 2: two per env step); ``None`` with ``train_freq``.
@@ -81,7 +87,7 @@ class ReplayCollector(EnvCollector):
             of them).
         seed: seeds the envs (copy ``i`` with ``seed + i``) and the collector's generator
             (random actions, exploration noise, minibatch sampling).
-        save_buffer: put the buffer's rows in checkpoints (``False`` for a buffer too large to
+        save_buffer: put the buffer's contents in checkpoints (``False`` for a buffer too large to
             save: a resume then starts from an empty buffer and says so in one line).
     """
 
@@ -113,15 +119,13 @@ class ReplayCollector(EnvCollector):
         self.agent = agent
         self.actions = action_columns(envs.single_action_space, envs.num_envs)
         self.discrete = isinstance(self.actions, DiscreteActions)
-        self.obs_dim = int(np.prod(envs.single_observation_space.shape))
-        self.act_dim = self.actions.columns
         self.batch_size = batch_size
         self.learning_starts = learning_starts
         self.updates_per_step = None if updates_per_step is None else float(updates_per_step)
         self.save_buffer = bool(save_buffer)
         if self._owed(total_env_steps) < 1:
             raise BeyondfitError(too_short(total_env_steps, learning_starts, train_freq))
-        self.buffer = self._new_buffer(min(buffer_size, total_env_steps))
+        self.buffer: ReplayBuffer = self._new_buffer(min(buffer_size, total_env_steps))
         self.yielded = 0  # minibatches yielded (env_steps: transitions stored; resets are none)
         self._obs: np.ndarray | None = None  # the envs' current observations (None: restart)
         self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
@@ -149,7 +153,13 @@ class ReplayCollector(EnvCollector):
         return self.updates_per_step
 
     def _new_buffer(self, capacity: int) -> ReplayBuffer:
-        return ReplayBuffer(capacity, self.obs_dim, self.act_dim, discrete=self.discrete)
+        """The buffer, allocated now (on the CPU; moved to the model's device when iterating
+        starts), after its bytes were measured against the memory; its size is logged."""
+        envs = self.envs
+        buffer = ReplayBuffer(capacity, envs.single_observation_space, envs.single_action_space,
+                              num_envs=envs.num_envs)  # fmt: skip
+        log.info("replay buffer: %s", buffer.describe())
+        return buffer
 
     def __len__(self) -> int:
         """Minibatches of the whole run (the engine's steps): schedulers, bars, epoch ends."""
@@ -164,7 +174,10 @@ class ReplayCollector(EnvCollector):
         """:meth:`EnvCollector.shard` (own seed, a share of the budget and of
         ``learning_starts``), and a buffer of its own."""
         super().shard(rank, world_size)
-        self.buffer = self._new_buffer(min(self.buffer.capacity, self.total_env_steps))
+        capacity = min(self.buffer.capacity, self.total_env_steps)
+        if capacity != self.buffer.capacity:
+            del self.buffer  # freed before the smaller one is allocated
+            self.buffer = self._new_buffer(capacity)
         return self
 
     # ------------------------------------------------------------------------------ iteration
@@ -179,7 +192,7 @@ class ReplayCollector(EnvCollector):
         buffer, gen, batch = self.buffer, self._generator, self.batch_size
         while True:
             owed = self._owed(self.env_steps)
-            # (An empty buffer, after a resume without its rows: collect before sampling.)
+            # (An empty buffer, after a resume without its contents: collect before sampling.)
             while self.yielded < owed and buffer.size:
                 self.yielded += 1  # before the yield: a checkpoint taken there counts it
                 yield buffer.sample(batch, gen)
@@ -200,17 +213,8 @@ class ReplayCollector(EnvCollector):
         next_obs, reward, term, trunc, _ = self.envs.step(sent)
         valid = ~self._prev_done  # copies that reset in this step took no transition
         n = len(obs)
-        rows = np.concatenate([obs.reshape(n, -1), action, reward.reshape(n, 1),
-                               next_obs.reshape(n, -1), term.reshape(n, 1), trunc.reshape(n, 1)],
-                              axis=1, dtype=np.float32)  # fmt: skip
         done = term | trunc
-        if valid.all():
-            self.buffer.add(torch.from_numpy(rows))
-            stored = n
-        else:
-            self.buffer.add(torch.from_numpy(rows[valid]))
-            stored = int(valid.sum())
-        self.env_steps += stored
+        self.env_steps += self.buffer.add(obs, action, reward, next_obs, term, trunc, valid)
         self._ep_return += np.where(valid, reward, 0.0)
         self._ep_length += valid
         for i in range(n):
@@ -276,7 +280,7 @@ class ReplayCollector(EnvCollector):
         return {} if rule is None else dict(rule(min(1.0, env_steps / self.total_env_steps)))
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters, generator, buffer (rows unless ``save_buffer=False``), the exploration
+        """Counters, generator, buffer (its contents unless ``save_buffer=False``), the exploration
         rule's state and the env state."""
         state: dict[str, Any] = {
             "env_steps": self.env_steps, "yielded": self.yielded,
@@ -313,10 +317,10 @@ class ReplayCollector(EnvCollector):
                 f"not this run's schedule there ({now}): resume with the run's own task.agent "
                 "exploration settings and task.total_env_steps"
             )
-        had_rows = self.buffer.load_state_dict(state["buffer"])  # the last check: then load
+        had_contents = self.buffer.load_state_dict(state["buffer"])  # the last check: then load
         self.env_steps = int(state["env_steps"])
         self.yielded = int(state["yielded"])
-        if not had_rows and int(state["buffer"].get("size", 0)):
+        if not had_contents and int(state["buffer"].get("size", 0)):
             log.warning("resumed without the replay buffer: the checkpoint left out its %d "
                         "transitions (task.replay.save_buffer=false), so training continues "
                         "from an empty buffer, not exactly", int(state["buffer"]["size"]))
@@ -351,10 +355,12 @@ def _key(name: str) -> str:
 # ---------------------------------------------------------------- what a saved state must be
 # What a replay collector's saved state must be for this run to continue from it.
 # :meth:`~beyondfit.rl.offpolicy.ReplayCollector.load_state_dict` calls
-# :func:`check_replay_state` before it changes anything (the buffer checks its own rows): the
-# counters within the run's budget, a list per env copy of the run's number of envs, generator and
-# env RNG states its generators take, replayed actions its action space holds. What fails is one
-# line naming the entry; the engine's restore puts every part back (whole or nothing).
+# :func:`check_replay_state` before it changes anything (the buffer checks its own fields against
+# the spaces: :class:`~beyondfit.rl.replay.ReplayBuffer`'s ``load_state_dict``): the counters
+# within the run's budget (the buffer's transitions among them), a list per env copy of the
+# run's number of envs, generator and env RNG states its generators take, replayed actions its
+# action space holds. What fails is one line naming the entry; the engine's restore puts every
+# part back (whole or nothing).
 
 
 def check_replay_state(data: ReplayCollector, state: Any) -> None:
@@ -381,11 +387,12 @@ def check_replay_state(data: ReplayCollector, state: Any) -> None:
             isinstance(k, str) and is_real(v) and 0 <= v <= 1 for k, v in explore.items()):
         raise fail("exploration", explore, "a mapping of names to numbers in [0, 1]")
     buffer = state.get("buffer")
-    stored = min(steps, data.buffer.capacity)
-    if not isinstance(buffer, dict) or buffer.get("size") != stored:
-        size = buffer.get("size") if isinstance(buffer, dict) else buffer
-        raise fail("buffer.size", size, f"{stored}, the rows {steps} env steps leave in a "
-                   f"buffer of {data.buffer.capacity}")
+    if not isinstance(buffer, dict):
+        raise fail("buffer", buffer, "the replay buffer's state (a mapping)")
+    added = buffer.get("added", buffer.get("size"))  # (the single-row buffer's: its size)
+    if not is_count(added) or added > steps:
+        raise fail("buffer.added", added, f"a whole number in [0, {steps}] (the transitions "
+                   f"{steps} env steps stored; fewer after a resume without the buffer)")
     n = data.envs.num_envs
     per_copy = {"prev_done": (lambda v: isinstance(v, bool), "true or false"),
                 "ep_return": (lambda v: is_real(v) and math.isfinite(v), "a finite number"),

@@ -52,14 +52,24 @@ def doctor(key: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 CASES = [
-    ("buffer.position", 500, r"^buffer\.position=500 is not a whole number in \[0, 600\]|"
-                             r"^buffer\.position=500 does not follow buffer\.size=184"),
+    ("buffer.position", 500, r"^buffer\.position=500 does not follow buffer\.added=184: "
+                             r"transitions are written in order, wrapping at 600"),
     ("buffer.position", 900, r"^buffer\.position=900 is not a whole number in \[0, 600\]"),
-    ("buffer.size", 10**9, r"^buffer\.size=1000000000 is not 184"),
+    ("buffer.size", 10**9, r"^buffer\.size=1000000000 is not a whole number in \[0, 600\]"),
+    ("buffer.size", 183, r"^buffer\.size=183 is not 184, the transitions 184 stored leave"),
+    ("buffer.added", 185, r"^buffer\.added=185 is not a whole number in \[0, 184\]"),
+    ("buffer.capacity", 1000, r"^buffer\.capacity=1000 is not this buffer's 600"),
+    ("buffer.layout.obs_shape", [4], r"^buffer\.layout=.* holds other transitions than this "
+                                    r"env's"),
+    ("buffer.fields.rewards", torch.zeros(184, dtype=torch.float64),
+     r"^buffer\.rewards \(184,\) torch\.float64 is not 184 transitions of \(\) torch\.float32"),
+    ("buffer.fields.obs", torch.zeros(10, 3), r"^buffer\.obs \(10, 3\) torch\.float32 is not "
+                                              r"184 transitions of \(3,\)"),
+    ("buffer.fields", {"obs": torch.zeros(184, 3)}, r"^buffer\.fields holds \['obs'\], not"),
     ("env_steps", -4, r"^env_steps=-4 is not a whole number in \[0, 600\]"),
     ("env_steps", 10**12, r"^env_steps=1000000000000 is not a whole number in \[0, 600\]"),
     ("yielded", 10**6, r"^yielded=1000000 is not a whole number in \[0, 134\]"),
-    ("buffer", None, r"^buffer.size=None is not 184"),
+    ("buffer", None, r"^buffer=None is not the replay buffer's state \(a mapping\)"),
     ("generator", torch.zeros(7, dtype=torch.uint8),
      r"^generator=a tensor of shape \(7,\) is not the state of a torch generator"),
     ("episode_rng.0", {"bit_generator": "PCG64", "state": "no"},
@@ -92,10 +102,80 @@ def test_a_doctored_entry_is_one_line_and_changes_nothing(saved: dict[str, Any],
     assert data.state_dict().keys() == before.keys()
 
 
-def test_rows_that_are_not_finite_are_refused(saved: dict[str, Any]) -> None:
+@pytest.mark.parametrize("field", ["obs", "next_obs", "rewards", "actions"])
+def test_values_that_are_not_finite_are_refused(saved: dict[str, Any], field: str) -> None:
     state = copy.deepcopy(saved)
-    state["buffer"]["rows"][7, 0] = float("nan")
-    with pytest.raises(BeyondfitError, match=r"^buffer\.rows holds values that are not finite"):
+    state["buffer"]["fields"][field][7] = float("nan")
+    with pytest.raises(BeyondfitError, match=rf"^buffer\.{field} holds values that are not "
+                                             "finite"):
+        collector().load_state_dict(state)
+
+
+# Issue 47: a re-sealed buffer's fields were not checked against the spaces. An action index of
+# 5 on CartPole's 2 actions was a 76-line traceback from gather; terminated=7 trained silently.
+@pytest.fixture(scope="module")
+def dqn_saved() -> dict[str, Any]:
+    data = dqn_collector()
+    it = iter(data)
+    for _ in range(20):
+        next(it)
+    return data.state_dict()
+
+
+def dqn_collector() -> ReplayCollector:
+    from beyondfit.rl.agents import QAgent
+
+    envs = make_vector_env("CartPole-v1", 2, sync=True)
+    agent = QAgent(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+    return ReplayCollector(envs, agent, **OPTIONS)
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("actions", 5, r"^buffer\.actions holds 5 at transition 7: not an action index of this "
+                   r"env's 2 actions \(0 to 1\)$"),
+    ("actions", -1, r"^buffer\.actions holds -1 at transition 7: not an action index"),
+    ("terminated", 7.0, r"^buffer\.terminated holds 7\.0 at transition 7: a done flag is 0 "
+                        r"or 1$"),
+    ("truncated", 0.5, r"^buffer\.truncated holds 0\.5 at transition 7: a done flag is 0 or 1$"),
+])
+def test_a_stored_action_or_done_flag_outside_the_spaces_is_one_line(
+        dqn_saved: dict[str, Any], field: str, value: float, message: str) -> None:  # fmt: skip
+    state = copy.deepcopy(dqn_saved)
+    state["buffer"]["fields"][field][7] = value
+    data = dqn_collector()
+    with pytest.raises(BeyondfitError, match=message):
+        data.load_state_dict(state)
+    assert data.env_steps == 0 and data.buffer.size == 0
+    data.load_state_dict(copy.deepcopy(dqn_saved))  # the untouched state loads
+    assert data.buffer.size == dqn_saved["buffer"]["size"]
+
+
+def test_a_box_action_outside_minus_one_to_one_is_one_line(saved: dict[str, Any]) -> None:
+    state = copy.deepcopy(saved)
+    state["buffer"]["fields"]["actions"][7, 0] = 1.5
+    with pytest.raises(BeyondfitError, match=r"^buffer\.actions holds \[1\.5\] at transition 7: "
+                                             r"not an action scaled to \[-1, 1\]$"):
+        collector().load_state_dict(state)
+
+
+def test_a_checkpoint_of_the_single_row_buffer_still_resumes(saved: dict[str, Any]) -> None:
+    """Before per-field storage a buffer was one float32 row per transition ``[obs | action |
+    reward | next_obs | terminated | truncated]``: such a checkpoint loads into the same
+    fields, bitwise."""
+    state = copy.deepcopy(saved)
+    fields = state["buffer"].pop("fields")
+    rows = torch.cat([fields["obs"], fields["actions"], fields["rewards"][:, None],
+                      fields["next_obs"], fields["terminated"][:, None],
+                      fields["truncated"][:, None]], 1)
+    state["buffer"] = {"size": 184, "position": 184, "width": rows.shape[1], "capacity": 600,
+                       "rows": rows}
+    data = collector()
+    data.load_state_dict(state)
+    loaded = data.buffer.state_dict()
+    assert all(torch.equal(loaded["fields"][k], v) for k, v in fields.items())
+    state["buffer"]["width"] = 11
+    with pytest.raises(BeyondfitError, match=r"^buffer\.width=11: the checkpoint's replay buffer "
+                                             r"holds rows of other transitions"):
         collector().load_state_dict(state)
 
 
