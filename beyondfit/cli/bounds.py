@@ -9,7 +9,12 @@ config that cannot fit this machine's memory (the GPU's, when training there).
 
 The bound, in float32 values: each network's weights, their gradients and two Adam moments;
 one batch's activations through every network, kept for the backward pass; the replay
-buffer's rows (an observation, an action, a reward, the next observation and two flags).
+buffer's transitions, at the bytes :func:`beyondfit.rl.replay.replay_bytes` gives for the
+smallest spaces (one-value observations and actions: 24 bytes each). The config does not
+know the env's observations, so the buffer measures its own real bytes again when it is built
+(before it allocates anything: a 1,000,000-transition Atari buffer is 7.3 GB) and refuses, in
+one line naming ``task.replay.buffer_size`` and how many transitions would fit, one larger than
+the memory.
 """
 
 from __future__ import annotations
@@ -22,8 +27,6 @@ from typing import Any
 from beyondfit.core.errors import BeyondfitError
 
 FLOAT = 4  # bytes
-#: The smallest transition row: one-value observations and actions (``2 o + a + 3``).
-MIN_ROW = 6
 
 
 def check_sizes(task: Mapping[str, Any], device: str = "auto") -> None:
@@ -73,10 +76,21 @@ def needs(task: Mapping[str, Any]) -> list[tuple[str, int]]:
                       batch * sum(hidden) * copies * 2 * FLOAT))
     if replay is not None:
         kept = min(_count(replay.get("buffer_size")), _count(task.get("total_env_steps")))
-        terms.append((f"the replay buffer (task.replay.buffer_size={kept})",
-                      kept * MIN_ROW * FLOAT))
-        terms.append((f"a batch ({rows})", batch * MIN_ROW * FLOAT))
+        transition = _smallest_transition()
+        terms.append((f"the replay buffer (task.replay.buffer_size={kept})", kept * transition))
+        terms.append((f"a batch ({rows})", batch * transition))
     return terms
+
+
+def _smallest_transition() -> int:
+    """The replay buffer's bytes for one transition of the smallest spaces (a one-value
+    observation and action)."""
+    import gymnasium as gym  # (an off-policy task: gymnasium loads anyway)
+
+    from beyondfit.rl.replay import replay_bytes
+
+    one = gym.spaces.Box(-1.0, 1.0, (1,))
+    return replay_bytes(1, one, one)
 
 
 def _section(task: Mapping[str, Any], key: str) -> Mapping[str, Any]:

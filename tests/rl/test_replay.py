@@ -354,6 +354,25 @@ def test_a_buffer_too_large_for_the_memory_is_one_line_saying_what_fits(monkeypa
     ReplayBuffer(fits // 1000, atari, gym.spaces.Discrete(4))  # what it says fits, does
 
 
+@pytest.mark.e2e
+def test_the_command_line_refuses_a_buffer_beyond_the_memory_before_it_allocates(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The config's lower bound (24 bytes a transition) lets it through; the buffer's own
+    measure (CartPole's 52 bytes) refuses it before anything is allocated."""
+    from beyondfit.cli.bounds import machine_memory
+
+    from kit import cli, one_line_exit_2
+
+    many = machine_memory("cpu")[0] // 40
+    done = cli("+task=cartpole", "algo=dqn", f"task.replay.buffer_size={many}",
+               f"task.total_env_steps={many}", "device=cpu", f"hydra.run.dir={tmp_path / 'run'}",
+               cwd=tmp_path)  # fmt: skip
+    line = one_line_exit_2(done, f"task.replay.buffer_size: a replay buffer of {many:,} "
+                                 "transitions needs", "(52 bytes each), more than")
+    fits = int(line.rsplit("task.replay.buffer_size=", 1)[1].split()[0])
+    assert 52 * fits <= machine_memory("cpu")[0] < 52 * (fits + 1)
+
+
 # ------------------------------------------------------------------ checkpoints
 def filled(space: gym.spaces.Box, steps_taken: int, capacity: int = 30, n: int = 3,
            frames: int | None = None) -> tuple[ReplayBuffer, Iterator]:  # fmt: skip
