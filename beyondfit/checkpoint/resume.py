@@ -29,9 +29,13 @@ def resume_run_dir(path: str | Path) -> Path | None:
     """The run directory a ``resume=PATH`` continues in, or ``None`` for a loose file.
 
     ``PATH`` may be a run directory, its ``checkpoints/`` folder, or a checkpoint inside
-    it; a checkpoint file anywhere else has no run directory.
+    it; a checkpoint file anywhere else has no run directory, and neither has a PATH that
+    does not exist: a missing checkpoint of a finished run is not that run's finish (the
+    resume then says it is missing, :func:`resume_candidates`).
     """
     path = Path(path).expanduser().resolve()
+    if not path.exists():
+        return None
     if path.is_dir():
         return path.parent if path.name == CHECKPOINT_DIR else path
     if path.parent.name == CHECKPOINT_DIR:
@@ -48,10 +52,7 @@ def resume_candidates(path: str | Path) -> tuple[list[Path], bool]:
     if given.is_file():
         return [given], True
     if not given.exists():
-        raise BeyondfitError(
-            f"resume={str(path)!r} does not exist; give a checkpoint file or a run directory "
-            f"(one with a {CHECKPOINT_DIR}/ folder)"
-        )
+        raise BeyondfitError(f"resume={str(path)!r} does not exist; {_instead(given)}")
     folder = given if given.name == CHECKPOINT_DIR else given / CHECKPOINT_DIR
     found = step_checkpoints(folder)
     if not found:
@@ -60,6 +61,21 @@ def resume_candidates(path: str | Path) -> tuple[list[Path], bool]:
             "have stopped before its first checkpoint); start it again without resume"
         )
     return found, False
+
+
+def _instead(missing: Path) -> str:
+    """What to give instead of a ``resume=`` path that does not exist: the checkpoints of the
+    folder it names, when that folder is there."""
+    folder = missing.parent
+    if folder.name != CHECKPOINT_DIR or not folder.is_dir():
+        return ("give a checkpoint file or a run directory (one with a "
+                f"{CHECKPOINT_DIR}/ folder)")
+    found = sorted(p.name for p in folder.glob("*.pt") if p.is_file())
+    if not found:
+        return f"{str(folder)!r} holds no checkpoint"
+    shown = ", ".join(found[-4:]) if len(found) <= 4 else f"..., {', '.join(found[-3:])}"
+    return (f"{str(folder)!r} holds {shown}; give one of them, or resume={str(folder.parent)!r} "
+            "for its newest")
 
 
 def resume(

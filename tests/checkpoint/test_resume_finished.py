@@ -87,3 +87,30 @@ def test_a_kill_after_the_last_checkpoint_of_a_stopped_run_resumes_to_the_same_r
     assert (second["step"], second["values"], second["finished"]) == (
         first["step"], first["values"], "stopped early")
     assert (run_dir / "metrics.jsonl").read_bytes() == rows  # no step trained, no row added
+
+
+@pytest.mark.e2e
+def test_resume_of_a_checkpoint_file_that_does_not_exist_is_one_line_not_finished(
+        tmp_path: Path) -> None:
+    """Issue 47: a missing checkpoint file inside a finished run's checkpoints/ answered "already
+    finished", exit 0; it is the missing file, named, exit 2, and the run as it was."""
+    from kit import one_line_exit_2
+
+    run_dir = tmp_path / "runs" / "a"
+    common = ("+task=regression", "train.epochs=2", "plots=false")
+    done = cli(*common, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir / "checkpoints" / "best.pt").unlink()  # deleted by hand since
+    before = tree_hashes(run_dir)
+    kept = sorted(p.name for p in (run_dir / "checkpoints").glob("*.pt"))
+    cases = {  # resume= as typed: what the line must say
+        "runs/a/checkpoints/step-99999999.pt": f"'runs/a/checkpoints' holds {', '.join(kept)}",
+        "runs/a/checkpoints/best.pt": "give one of them, or resume='runs/a' for its newest",
+        "runs/a/checkpoint/step-00000024.pt": "give a checkpoint file or a run directory",
+        "runs/aa": "give a checkpoint file or a run directory",
+    }
+    for missing, words in cases.items():
+        again = cli(*common, f"resume={missing}", cwd=tmp_path)
+        one_line_exit_2(again, f"resume={missing!r} does not exist; ", words)
+        assert "already finished" not in again.stdout + again.stderr
+        assert tree_hashes(run_dir) == before
