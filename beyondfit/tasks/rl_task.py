@@ -47,8 +47,8 @@ def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
                  example="task.confirm_episodes=100 (0: no confirming evaluation)")
 
 
-#: The counts that are env copies run at once.
-_ENV_COPIES = ("num_envs", "eval_episodes")
+#: The counts that are env copies run at once (task.num_envs: the training envs say theirs).
+_ENV_COPIES = ("eval_episodes",)
 _EXAMPLES = {"eval_episodes": 20, "total_env_steps": 100000, "eval_every_env_steps": 2048}
 
 
