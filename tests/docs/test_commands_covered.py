@@ -26,6 +26,7 @@ NOT_RUNNABLE = {
         "installs a package from PyTorch's index (not reachable here; .ci/run pins torch)",
     'pip install -e ".[box2d]"': "installs a package",
     'pip install -e ".[mujoco]"': "installs a package",
+    'pip install -e ".[atari,minatar]"': "installs a package",
     "pip install hydra-submitit-launcher": "installs a package",
     "tensorboard --logdir outputs": "a server that runs until stopped",
     "torchrun --standalone --nproc_per_node=4 -m beyondfit +task=regression device=cuda":

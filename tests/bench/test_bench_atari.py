@@ -91,3 +91,19 @@ def test_beyondfit_command_and_run_directory_reader(atari, tmp_path):
     assert out["return_last100"] == pytest.approx((30 * 5 + 30 * 4 + 30 * 3 + 10 * 2) / 100)
     assert out["env_steps"] == 5000 and out["greedy_return"] == 7.5
     assert out["episodes_averaged"] == 100
+
+
+def test_the_queue_lists_runs_the_script_knows(atari):
+    # bench/atari_queue.sh's runs, as DRY_RUN=1 lists them: each a method, game and seed of
+    # its suite, so an hour-long queue never stops at a typo.
+    listed = subprocess.run(["bash", str(ROOT / "bench" / "atari_queue.sh")], check=True,
+                            capture_output=True, text=True,
+                            env={"DRY_RUN": "1", "PATH": "/usr/bin:/bin"})
+    lines = listed.stdout.splitlines()
+    assert lines and all(line.startswith("python bench/atari.py ") for line in lines)
+    for line in lines:
+        words = shlex.split(line)[2:]
+        suite = words[words.index("--suite") + 1] if "--suite" in words else "atari"
+        method, game, seed = words[words.index("--run") + 1:][:3]
+        _, _, seeds, games = atari.METHODS[suite][method]
+        assert game in games and int(seed) in seeds, line
