@@ -169,8 +169,39 @@ def check_config(cfg: DictConfig) -> None:
     """
     _check_section(BeyondfitConfig, cfg, "")
     optimizer = cfg.get("optimizer")
+    if isinstance(optimizer, DictConfig):
+        _check_optimizer_keys(optimizer)
     if isinstance(optimizer, DictConfig) and "lr" in optimizer:
         check_learning_rate(optimizer.get("lr"))
+
+
+def _check_optimizer_keys(optimizer: DictConfig) -> None:
+    """An option the optimizer's class does not take, added with ``+`` (``+optimizer.
+    lerning_rate=1e-3``): the closest it does take, before anything is built. A target that
+    cannot be read, or takes ``**kwargs``, is left to the builder."""
+    import inspect
+
+    from hydra.utils import get_class
+
+    try:
+        parameters = inspect.signature(get_class(str(optimizer.get("_target_")))).parameters
+    except Exception:  # the builder says what is wrong with the target
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    accepted = [name for name in parameters if name != "params"]
+    for name in map(str, optimizer):
+        if name.startswith("_") or name == "fused" or name in accepted:
+            continue  # fused: a speed hint the builder drops where there is no kernel
+        lowered = name.lower().replace("-", "_")
+        if "lr" in accepted and (lowered in _LEARNING_RATE or difflib.get_close_matches(
+                lowered, _LEARNING_RATE, cutoff=0.8)):
+            close = ["lr"]
+        else:
+            close = difflib.get_close_matches(name, accepted, n=1, cutoff=0.6)
+        hint = f"did you mean optimizer.{close[0]}? " if close else ""
+        raise BeyondfitError(f"unknown key 'optimizer.{name}'; {hint}the optimizer "
+                             f"({optimizer.get('_target_')}) takes: {', '.join(accepted)}")
 
 
 def _check_section(schema: type, section: DictConfig, prefix: str) -> None:
@@ -334,6 +365,10 @@ def _needs_plus(text: str) -> str | None:
         group, value = twice.groups()
         return (f"'+{group}={value}': the defaults list picks {group} already; override it "
                 f"without the +: {group}={value}")
+    exists = re.search(r"Could not append to config\. An item is already at '([^']+)'", text)
+    if exists is not None:  # +KEY=VALUE for a key the config has
+        key = exists.group(1)
+        return f"'+{key}=...': {key} is set already; override it without the +: {key}=VALUE"
     match = re.search(r"Could not override '([^']+)'\. No match in the defaults list", text)
     if match is None:
         return None

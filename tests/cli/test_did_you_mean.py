@@ -43,6 +43,25 @@ def test_an_unknown_key_names_the_closest_ones(tmp_path: Path, line: str) -> Non
     assert not (tmp_path / "outputs").exists()
 
 
+# Keys added with + (so Hydra composes them): checked against the optimizer's own options
+# before anything is built, and a + on a key that exists.
+ADDED = {
+    "+task=regression +optimizer.lerning_rate=1e-3": "unknown key 'optimizer.lerning_rate'; "
+                                                      "did you mean optimizer.lr?",
+    "+task=regression +optimizer.wieght_decay=0.1": "did you mean optimizer.weight_decay?",
+    "+task=regression optimizer=sgd +optimizer.momentum=0.9": "override it without the +: "
+                                                               "optimizer.momentum=VALUE",
+}
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("line", ADDED)
+def test_a_key_added_with_a_plus_gets_the_same_hints(tmp_path: Path, line: str) -> None:
+    done = cli(*line.split(), "plots=false", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    one_line_exit_2(done, ADDED[line])
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
 def test_composed_configs_get_the_same_hints_without_the_cli() -> None:
     """Notebooks compose with Hydra's API: the same reading of its errors."""
     lines = []
