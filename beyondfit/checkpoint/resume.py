@@ -123,6 +123,11 @@ def resume(
             )
         check_state_fits(state, engine.model, engine_optimizers(engine), source)
         engine.load_state_dict(state, source=source)
+        home = resume_run_dir(candidate)  # whose rows a branch's metrics files begin with
+        for callback in engine.callbacks:
+            resumed_from = getattr(callback, "resumed_from", None)
+            if callable(resumed_from):
+                resumed_from(home)
         return candidate, state
     raise AssertionError("unreachable: candidates is never empty")
 

@@ -6,6 +6,7 @@ import csv
 import json
 import logging
 import os
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,28 +88,69 @@ class RowWriter(Callback):
     #: Rows a checkpoint counted that the file no longer holds (truncated or deleted).
     missing: int = 0
     _cut_to: int | None = None  # a loaded checkpoint's row count, until the fit starts
+    _branch = False  # the loaded checkpoint was written by a run in another directory
+    _source: Path | None = None  # that run's file of this name, when it is known
+
+    def resumed_from(self, run_dir: Path | None) -> None:
+        """The checkpoint just loaded was written by the run in ``run_dir`` (``None``: a
+        checkpoint file outside any run directory; :func:`beyondfit.resume` says). When this
+        file is in another directory, the run is a branch: its file begins with that run's
+        rows up to the checkpoint, copied when the fit starts, instead of being cut back."""
+        own = self.path.parent.resolve()
+        self._branch = run_dir is None or Path(run_dir).resolve() != own
+        self._source = Path(run_dir) / self.path.name if self._branch and run_dir else None
+
+    def begin_from(self, source: Path | None, keep: int) -> None:
+        """A branch's file: ``source`` (the file of the run the checkpoint came from) cut
+        back to its first ``keep`` rows; without one, an empty file."""
+        try:
+            if source is not None and source.is_file():
+                tmp = self.path.with_name(self.path.name + ".tmp")
+                shutil.copyfile(source, tmp)
+                os.replace(tmp, self.path)
+            else:
+                self.path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise with_path(exc, self.path) from exc
+        self.reopen()
+        self.cut_back(keep)
+
+    def reopen(self) -> None:
+        """Read what the file holds again after it was replaced (a CSV's header)."""
 
     def epoch_rows(self) -> int:
         """How many ``epoch`` rows the file holds."""
         raise NotImplementedError
 
     def on_fit_start(self, engine: Engine) -> None:
-        """After a resume whose file lost rows: say so, and write back the epoch rows the
-        checkpoint's history holds (the train and val rows it does not keep are lost)."""
+        """After a resume: the file cut back to the rows the checkpoint counted (a branch
+        into another directory: the rows of the run it came from, up to the checkpoint).
+        Rows the file (or that run's) lost are said, and the epoch rows the checkpoint's
+        history holds written back (the train and val rows it does not keep are lost)."""
         if self._cut_to is not None:
             keep, self._cut_to = self._cut_to, None
-            self.cut_back(keep)
+            if self._branch:
+                self.begin_from(self._source, keep)
+            else:
+                self.cut_back(keep)
+        branch, source, self._branch, self._source = self._branch, self._source, False, None
         if not self.missing:
             return
         lost, self.missing = self.missing, 0
         back = engine.history[self.epoch_rows():]
         for logs in back:
             self._write(engine, "epoch", logs)
+        unknown = max(0, lost - len(back))
+        if branch and source is None:  # a loose checkpoint: no run's rows to copy
+            log.info("%s begins with the %d epoch rows of the checkpoint's history (it is no "
+                     "run directory's: its %d train/val rows are not known here)",
+                     self.path, len(back), unknown)
+            return
         log.warning(
             "%s holds %d fewer rows than the checkpoint counted (it was truncated or deleted): "
             "kept the %d rows left, wrote back %d epoch rows from the checkpoint's history; "
-            "%d train/val rows are lost", self.path, lost, self.rows - len(back), len(back),
-            max(0, lost - len(back)),
+            "%d train/val rows are lost", source or self.path, lost, self.rows - len(back),
+            len(back), unknown,
         )
 
 
@@ -212,6 +254,13 @@ class CsvFile(RowWriter):
         os.replace(tmp, self.path)
         self.columns = columns
         self.rows = len(old)
+
+    def reopen(self) -> None:
+        """Take the header of the table as it is now."""
+        self.columns = ["kind", "epoch", "step"]
+        if self.path.exists():
+            with self.path.open(newline="") as f:
+                self.columns = next(csv.reader(f), self.columns)
 
     def cut_back(self, keep: int) -> None:
         """Cut the table back to the rows that existed when the checkpoint was written."""
