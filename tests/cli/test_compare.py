@@ -268,21 +268,29 @@ def test_a_deeply_nested_result_or_row_and_a_row_that_is_not_an_object_are_skipp
     assert captured.err.count("\n") == 1 and "result.json was ignored" in captured.err
 
 
-def test_a_deeply_nested_hydra_record_is_one_warning(
+def test_a_deeply_nested_hydra_record_is_one_warning_and_a_config_is_never_parsed_whole(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
-    (run / ".hydra" / "config.yaml").write_text(DEEP)  # PyYAML composes it recursively
+    (run / ".hydra" / "overrides.yaml").write_text(DEEP)  # PyYAML composes it recursively
     main([str(run)])
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "config.yaml was ignored, it cannot be read" in err
+    assert err.count("\n") == 1 and "overrides.yaml was ignored, it cannot be read" in err
+    # Only the config's top-level seed line is read: a deep one is no seed, and no error.
+    (run / ".hydra" / "overrides.yaml").write_text("- +task=regression\n")
+    (run / ".hydra" / "config.yaml").write_text(DEEP)
+    assert find_runs([run])[0].seed is None
+    (run / ".hydra" / "config.yaml").write_text("task:\n  seed: 9\nseed: 4  \nx: 1\n")
+    assert find_runs([run])[0].seed == 4
+    assert capsys.readouterr().err == ""
 
 
 def test_a_result_value_too_large_for_a_float_is_not_a_value(tmp_path: Path) -> None:
     run = fake_run(tmp_path / "run", ["+task=regression", "seed=0"], 0, [1.0, 0.5])
     (run / "result.json").write_text('{"values": {"val_loss": 1%s}}' % ("0" * 400))
     _, md = compare([run])  # no OverflowError: the result has no finite val_loss, as a NaN
-    assert "| `regression` | 1 | – | 0.6 |" in md.read_text()
+    text = md.read_text()
+    assert "| `regression` | 1 | – (0 of 1: 1 with a non-finite result left out) | 0.6 |" in text
 
 
 def test_out_naming_a_file_is_one_line(
