@@ -2,4 +2,4 @@
 (:mod:`.compiled`), the optimizer as the graph traces it (:mod:`.traced_optimizer`), what the
 step asks of inductor (:mod:`.inductor_options`) and ``torch.compile`` with its compilations
 counted and reported (:mod:`.graphs`). Every private torch surface the package relies on lives
-in this folder."""
+in this folder, and :mod:`.probe` asks this torch, once per process, whether it still has each."""

@@ -28,6 +28,15 @@ floating-point operations). The eager path (``compile=False``) is untouched by a
 
 Each optimizer's first step runs eagerly (the closure's output checked, the optimizer's state
 created). What cannot be compiled runs eagerly, with one warning naming the part and why.
+
+The graphs step a private twin of the user's optimizer (:class:`~beyondfit.core.compile.
+traced_optimizer.Twin`: its class, parameters and state, param groups of its own), so the
+user's optimizer, its ``state_dict`` and a checkpoint never see the switches the graph needs.
+A step hook (the optimizer's own or a global one, registered before ``fit`` or between two)
+makes each step eager while it is registered: the eager step runs it as an uncompiled run
+does; an optimizer whose hooks cannot be seen for certain steps eagerly always. What this torch
+lacks of the private features all this relies on (:mod:`~beyondfit.core.compile.probe`) turns
+the part it serves eager, or leaves its optimization out, and the ``compiled:`` line says so.
 """
 
 from __future__ import annotations
@@ -40,15 +49,16 @@ import torch
 from torch import nn
 
 from beyondfit.core.compile.graphs import CompileReport, CountedCompile, compile_mode, log, reason
+from beyondfit.core.compile.probe import FEATURES, missing
 from beyondfit.core.compile.traced_optimizer import (
     PinnedLearningRates,
-    has_step_hooks,
+    Twin,
+    kernel_for,
     kernel_step,
     raw_step,
-    restore_fused,
     step_counts_on_device,
-    steps_with_kernel,
-    traced_unfused,
+    step_hooks,
+    why_never_traced,
 )
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.precision import Precision
@@ -66,6 +76,16 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
     if mode is None:
         return None, programs
     report = CompileReport()
+    why = missing("inductor")
+    if why:
+        report.left_eager("every graph", f"this torch: {why}")
+        return report, programs
+    if device.type == "cpu":  # what a CPU graph does without what this torch lacks
+        for name in ("realize_key", "graph_pass", "fallback_random", "size_asserts",
+                     "alignment_asserts"):
+            why = missing(name)
+            if why:
+                report.left_out(FEATURES[name].serves, f"this torch: {why}")
     if strategy.is_distributed:  # the all-reduce lives in autograd hooks, outside graphs
         report.left_eager("the step", "under DDP only the model's forward is compiled")
         return report, programs
@@ -125,7 +145,8 @@ class CompiledUpdate:
         self._zero = torch.zeros((), device=device)  # a blend that leaves a target as it is
         self._lrs = PinnedLearningRates(device)
         self.kernel = False  # the step is the optimizer's fused kernel, after the graph
-        self._fused: list[Any] = []
+        self.twin: Twin | None = None  # what the graphs step (the user's is never edited)
+        self._raw_step: Any = None  # its class's step, without torch's wrappers
         self._grads: list[torch.Tensor] = []
         self._written: list[torch.Tensor] = []
         self._state: Any = None  # the optimizer state _written was read from
@@ -135,13 +156,20 @@ class CompiledUpdate:
         self._pending: list[torch.Tensor] = []  # the target networks' blends of this step
         self._eval: Any = None
         self.steps_compiled = True
+        never = why_never_traced(update.optimizer)
         if precision.scaler is not None:
             report.left_eager(f"{self.label}'s step", "fp16's GradScaler steps on the host")
             self.steps_compiled = False
-        elif has_step_hooks(update.optimizer):
-            report.left_eager(f"{self.label}'s step", "the optimizer has step hooks")
+        elif never:
+            report.left_eager(f"{self.label}'s step", never)
             self.steps_compiled = False
         self.whole = whole and self.steps_compiled
+        why = missing("autograd_in_graph")
+        if self.whole and why:
+            report.left_eager(f"{self.label}'s whole step",
+                              f"this torch: {why}; the closure is compiled, its backward runs "
+                              "eagerly")
+            self.whole = False
         if self.python_hooks:
             names = ", ".join(getattr(h, "__qualname__", type(h).__name__)
                               for h in self.python_hooks)
@@ -156,10 +184,17 @@ class CompiledUpdate:
         self.ready = True
         self._grads = [torch.zeros_like(p) for p in self.update.params]
         if self.steps_compiled:
-            self.kernel = steps_with_kernel(self.update.optimizer)
-            if not self.kernel:  # given back if the step falls back to eager
-                self._fused = traced_unfused(self.update.optimizer)
-            step_counts_on_device(self.update.optimizer)
+            self.twin = Twin(self.update.optimizer)
+            self._raw_step = raw_step(self.update.optimizer)  # (why_never_traced: not None)
+            self.kernel, why = kernel_for(self.update.optimizer)
+            if why:
+                self.report.left_out(f"{self.label}'s fused kernel after the graph",
+                                     f"{why}; its update runs inside the graph")
+            # The kernel's form, or one the graph traces (a fused kernel cannot be traced;
+            # its foreach form computes the same update, which inductor fuses itself).
+            self.twin.switch(**({"fused": True, "foreach": None} if self.kernel else
+                                {"fused": False}))
+            step_counts_on_device(self.twin)
         for copy, _ in self.targets:
             copy._tensors()  # its (target, source) lists, cached before tracing
         graph = lambda fn, **kw: CountedCompile(fn, self.report,  # noqa: E731
@@ -174,7 +209,7 @@ class CompiledUpdate:
         """The whole update on one micro-batch: ``(loss, logs, grad_norm, ok)``, then
         :meth:`commit` or :meth:`discard`; ``None`` when it cannot be compiled (the caller
         then runs the split path for this batch)."""
-        if self._whole is None:
+        if self._whole is None or self._hooked():
             return None
         self._pending = self._follow_weights()
         self._before_graph()
@@ -187,7 +222,6 @@ class CompiledUpdate:
         except Exception as exc:  # a closure that cannot be traced whole, a backend failure
             self._whole = None
             self.discard()
-            restore_fused(self.update.optimizer, self._fused)
             self.report.left_eager(f"{self.label}'s whole step",
                                    f"{reason(exc)}; the closure is compiled with graph "
                                    "breaks, its backward runs eagerly")
@@ -215,7 +249,7 @@ class CompiledUpdate:
         """Rescale, clip and check the gradients in ``.grad`` as one graph: ``(grad_norm,
         ok)``, then :meth:`commit` or :meth:`discard`; ``None`` when this part runs
         eagerly."""
-        if self._apply is None:
+        if self._apply is None or self._hooked():
             return None
         self._pending = self._follow_weights()
         self._before_graph()
@@ -231,7 +265,6 @@ class CompiledUpdate:
                 raise
             self._apply = None
             self.undo_weights()
-            restore_fused(self.update.optimizer, self._fused)
             self.report.left_eager(f"{self.label}'s step", reason(exc))
             return None
         if self.kernel:
@@ -323,15 +356,15 @@ class CompiledUpdate:
     def _step_graph(self, weights: list[torch.Tensor], ok: torch.Tensor | None) -> None:
         # The optimizer's step over the gradients in .grad, then the target networks; with
         # the check on, every tensor the step writes keeps its old value unless ``ok``.
-        optimizer = self.update.optimizer
+        optimizer, step = self.twin.optimizer, self._raw_step
         with torch.no_grad():
             if ok is None:
-                raw_step(optimizer)(optimizer)
+                step(optimizer)
                 self._follow(weights)
                 return
             written = self._written
             before = [t.clone() for t in written]
-            raw_step(optimizer)(optimizer)
+            step(optimizer)
             for tensor, old in zip(written, before, strict=True):
                 tensor.copy_(torch.where(ok, tensor, old))
             self._follow(self._masked(weights, ok))
@@ -339,7 +372,7 @@ class CompiledUpdate:
     def _kernel_step(self, ok: torch.Tensor | None) -> None:
         # After the graph: the fused kernel, then the target networks, each skipping a step
         # the flag says is non-finite. No host read.
-        kernel_step(self.update.optimizer, ok)
+        kernel_step(self.twin.optimizer, self._raw_step, ok)
         with torch.no_grad():
             self._follow(self._pending if ok is None else self._masked(self._pending, ok))
 
@@ -347,15 +380,23 @@ class CompiledUpdate:
         # Each target network's blend, 0 (no change) on a step the flag says is non-finite.
         return [torch.where(ok, w, self._zero) for w in weights]
 
+    def _hooked(self) -> bool:
+        # A step hook, or one the engine cannot rule out: this step runs eagerly (the
+        # caller's eager path calls optimizer.step(), which runs the hooks as eager does).
+        why = step_hooks(self.update.optimizer)
+        if why is None:
+            return False
+        self.report.left_eager(f"{self.label}'s step", f"{why}; it steps eagerly while so")
+        return True
+
     def _before_graph(self) -> None:
-        # What a load_state_dict replaced is read again: the tensors the masked commit keeps
-        # (the optimizer's state is new), the switch to the fused kernel (the saved flags).
+        # The twin takes the user's settings; what a load_state_dict replaced is read again:
+        # the tensors the masked commit keeps (the optimizer's state is new).
         optimizer = self.update.optimizer
+        self.twin.follow()
         if optimizer.state is not self._state:
             self._state = optimizer.state
-            if self.kernel:
-                self.kernel = steps_with_kernel(optimizer)
-                step_counts_on_device(optimizer)
+            step_counts_on_device(self.twin)
             self._written = list(self.update.params) + [
                 value for p in self.update.params for value in self._state.get(p, {}).values()
                 if isinstance(value, torch.Tensor)]
@@ -386,7 +427,7 @@ class CompiledUpdate:
 
     def _lrs_pinned(self) -> AbstractContextManager[None]:
         # The fused kernel after the graph reads the floats; the graph's own step a tensor.
-        return nullcontext() if self.kernel else self._lrs.during(self.update.optimizer)
+        return nullcontext() if self.kernel else self._lrs.during(self.twin.optimizer)
 
     def _lend_grads(self) -> None:
         # The graph writes the gradients into these buffers for the optimizer to read;

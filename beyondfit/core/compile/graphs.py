@@ -41,18 +41,21 @@ def compile_mode(value: Any) -> str | None:
 
 
 class CompileReport:
-    """What compiling did in one engine: graphs built, recompiles, parts left eager and why.
+    """What compiling did in one engine: graphs built, recompiles, parts left eager and why,
+    optimizations left out and why.
 
     A *graph* is one compilation by the backend at a compiled function's first call (a
     closure with graph breaks gives several); a *recompile* is a compilation at a later call
-    (a new batch shape, a guard that failed). Parts left eager are reported once each, as a
-    warning when they happen and in :meth:`line`.
+    (a new batch shape, a guard that failed). Parts left eager, and optimizations the graphs
+    compile without (a feature this torch lacks: :mod:`~beyondfit.core.compile.probe`), are
+    reported once each, as a warning when they happen and in :meth:`line`.
     """
 
     def __init__(self) -> None:
         self.graphs = 0
         self.recompiles = 0
         self.eager: dict[str, str] = {}  # part -> reason
+        self.without: dict[str, str] = {}  # optimization left out -> reason
         self._heard: list[tuple[str, str, str]] = []  # what torch's compiler said, not yet told
         self._said: set[str] = set()
 
@@ -62,6 +65,13 @@ class CompileReport:
             return
         self.eager[part] = reason
         log.warning("compile: %s runs eagerly (%s)", part, reason)
+
+    def left_out(self, what: str, reason: str) -> None:
+        """Record (and warn once about) an optimization the graphs compile without."""
+        if what in self.without:
+            return
+        self.without[what] = reason
+        log.warning("compile: compiling without %s (%s)", what, reason)
 
     def heard(self, kind: str, where: str, said: str) -> None:
         """Keep what torch's compiler said (``kind``: ``limit``, ``break`` or ``other``) at
@@ -89,10 +99,13 @@ class CompileReport:
         return kept
 
     def line(self) -> str:
-        """``compiled: N graphs, M recompiles, K parts left eager (...)``."""
+        """``compiled: N graphs, M recompiles, K parts left eager (...)``, then ``; without
+        ...`` for each optimization left out."""
         parts = f"{count(len(self.eager), 'part')} left eager"
         if self.eager:
             parts += " (" + "; ".join(f"{k}: {v}" for k, v in self.eager.items()) + ")"
+        for what, reason in self.without.items():
+            parts += f"; without {what} ({reason})"
         return (f"compiled: {count(self.graphs, 'graph')}, "
                 f"{count(self.recompiles, 'recompile')}, {parts}")
 

@@ -13,10 +13,11 @@ from typing import Any
 
 import torch
 
-#: The FX meta key that has inductor store a node's value in a buffer of its own instead of
-#: inlining its computation into every loop that reads it (read by inductor's graph lowering;
-#: a torch without it ignores the key, and the graph compiles as before).
-REALIZE = "inductor_realize_to_strides"
+from beyondfit.core.compile.probe import REALIZE, missing
+
+# REALIZE: the FX meta key that has inductor store a node's value in a buffer of its own
+# instead of inlining its computation into every loop that reads it (read by inductor's graph
+# lowering; the probe checks that it still is: a torch without it would ignore the key).
 
 
 def patches(example_inputs: Any, cuda_graphs: bool) -> dict[str, Any]:
@@ -43,9 +44,11 @@ def patches(example_inputs: Any, cuda_graphs: bool) -> dict[str, Any]:
     from torch._inductor import config
 
     # Only what this torch knows (an older one lacks alignment_asserts): an unknown key would
-    # fail the compile, and the step would run eagerly.
+    # fail the compile, and the step would run eagerly. What it lacks is said on the
+    # compiled: line (the probe's findings, beyondfit.core.compile.compiled.compile_steps).
     wanted = {"fallback_random": True, "size_asserts": False, "alignment_asserts": False}
-    out.update({key: value for key, value in wanted.items() if hasattr(config, key)})
+    out.update({key: value for key, value in wanted.items()
+                if not missing(key) and hasattr(config, key)})
     scalars = _scalars_once()
     if scalars is not None and getattr(config, "post_grad_custom_post_pass", None) is None:
         out["post_grad_custom_post_pass"] = scalars
@@ -72,14 +75,18 @@ def mark_scalars_once(graph: torch.fx.Graph) -> None:
             node.meta[REALIZE] = True
 
 
-@functools.cache
 def _scalars_once() -> Any:
     """:func:`mark_scalars_once` as the post-grad pass inductor takes (its cache keys on the
-    pass's ``uuid``), or ``None`` where this torch has no custom passes."""
-    try:
-        from torch._inductor.custom_graph_pass import CustomGraphPass
-    except ImportError:
+    pass's ``uuid``), or ``None`` where this torch has no custom passes or would ignore the
+    key (probes ``graph_pass``, ``realize_key``)."""
+    if missing("graph_pass") or missing("realize_key"):
         return None
+    return _scalars_pass()
+
+
+@functools.cache
+def _scalars_pass() -> Any:
+    from torch._inductor.custom_graph_pass import CustomGraphPass
 
     class ScalarsOnce(CustomGraphPass):
         def __call__(self, graph: torch.fx.Graph) -> None:

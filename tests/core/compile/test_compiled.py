@@ -27,21 +27,6 @@ from beyondfit.distributed import DistributedModel, shutdown
 from kit import ROOT, cli, mse, rows, sum_data
 
 
-@pytest.fixture
-def traced(monkeypatch):
-    """Trace for real, run each graph's Python code instead of inductor's kernels."""
-    monkeypatch.setattr(graphs, "inductor", lambda gm, example_inputs, patches: gm.forward)
-
-
-@pytest.fixture(params=["graph", "kernel"])
-def step_kind(request, monkeypatch):
-    """Where the optimizer's step runs: inside the graph (a masked commit), or torch's fused
-    kernel after it (what an optimizer of many values gets; here any size does)."""
-    if request.param == "kernel":
-        monkeypatch.setattr(traced_optimizer, "KERNEL_FROM", 0)
-    return request.param
-
-
 def _model(seed: int = 0) -> nn.Module:
     torch.manual_seed(seed)
     return nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
@@ -175,7 +160,9 @@ def test_the_fused_kernel_steps_after_the_graph_as_the_eager_step_would(traced, 
     assert _close(eager, compiled_run)
     (slot,) = engine.window.slots
     assert slot.program.kernel == (step_kind == "kernel")
-    assert bool(engine.optimizer.param_groups[0]["fused"]) == (step_kind == "kernel")
+    # The switch is the twin's; the user's optimizer keeps its own setting.
+    assert bool(slot.program.twin.optimizer.param_groups[0]["fused"]) == (step_kind == "kernel")
+    assert engine.optimizer.param_groups[0]["fused"] is None
     assert (engine.compile_report.graphs, engine.compile_report.eager) == (2, {})
     # Accumulation's split path: the same step after the rescale-clip-check graph.
     eager, _ = _train(False, accumulate=3, clip_value=0.05)
@@ -580,8 +567,10 @@ def test_step_counts_stay_where_they_are_off_a_gpu() -> None:
     model(torch.ones(2, 8)).sum().backward()
     optimizer.step()
     steps = [s["step"] for s in optimizer.state.values()]
-    traced_optimizer.step_counts_on_device(optimizer)
+    twin = traced_optimizer.Twin(optimizer)
+    traced_optimizer.step_counts_on_device(twin)
     assert all(s["step"] is t for s, t in zip(optimizer.state.values(), steps, strict=True))
+    assert twin.optimizer.param_groups[0]["capturable"] is False
     assert optimizer.param_groups[0]["capturable"] is False
 
 
@@ -596,9 +585,10 @@ def test_the_fused_kernel_is_taken_only_where_torch_has_one(monkeypatch) -> None
              "rmsprop": torch.optim.RMSprop(model.parameters(), 1e-2),
              "differentiable": torch.optim.SGD(model.parameters(), 0.1, differentiable=True),
              "subclass": MyAdam(model.parameters(), 1e-2)}
-    taken = {name: traced_optimizer.steps_with_kernel(o) for name, o in kinds.items()}
-    assert taken == {"adam": True, "rmsprop": False, "differentiable": False, "subclass": False}
-    assert kinds["adam"].param_groups[0]["fused"] is True
-    assert not kinds["rmsprop"].param_groups[0].get("fused")
+    taken = {name: traced_optimizer.kernel_for(o) for name, o in kinds.items()}
+    assert taken == {"adam": (True, None), "rmsprop": (False, None),
+                     "differentiable": (False, None), "subclass": (False, None)}
+    assert kinds["adam"].param_groups[0]["fused"] is None  # the twin is switched, not it
     monkeypatch.setattr(traced_optimizer, "KERNEL_FROM", 10**9)  # small: inside the graph
-    assert not traced_optimizer.steps_with_kernel(torch.optim.Adam(model.parameters(), 1e-2))
+    assert traced_optimizer.kernel_for(torch.optim.Adam(model.parameters(), 1e-2)) == (False,
+                                                                                       None)

@@ -29,9 +29,10 @@ def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks
     assert cpu["post_grad_custom_post_pass"].uuid() == "beyondfit.scalars_once.1"
 
 
-def test_a_setting_this_torch_lacks_is_not_asked_for(monkeypatch) -> None:
+def test_a_setting_this_torch_lacks_is_not_asked_for(monkeypatch, fresh_probe) -> None:
     """torch 2.3 (the oldest the package takes) has no ``alignment_asserts``: asking for it
-    would fail every compile, and the steps would run eagerly."""
+    would fail every compile, and the steps would run eagerly. (That the compiled: line says
+    so: tests/core/compile/test_probe.py.)"""
     from torch._inductor import config
 
     monkeypatch.delattr(config, "alignment_asserts")
@@ -86,9 +87,11 @@ def test_a_compiled_graph_on_a_cpu_draws_the_eager_random_numbers() -> None:
 @pytest.mark.e2e  # as above: one small graph through inductor and the C++ compiler
 def test_a_graph_with_its_scalars_computed_once_computes_what_eager_code_does() -> None:
     """Adam's step as torch traces it, its bias corrections stored once: the same update."""
+    step = raw_step(torch.optim.Adam([torch.zeros(1, requires_grad=True)]))
+
     def adam_steps(opt: torch.optim.Optimizer) -> None:
         with torch.no_grad():
-            raw_step(opt)(opt)  # the step as the compiled engine traces it
+            step(opt)  # the step as the compiled engine traces it
 
     torch.manual_seed(0)
     weights = [torch.randn(40, 3), torch.randn(3)]
