@@ -46,43 +46,10 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 ACTORS = ("gaussian", "deterministic")
 
 
-#: Input widths up to which a compiled :class:`VectorizedLinear` writes its product out
-#: (:func:`_compiled_product`), instead of calling a batched matmul.
-SMALL_FEATURES = 8
-
-
-def _compiled_product(x: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor) -> torch.Tensor:  # fmt: skip
-    """``baddbmm(bias, x, weight)`` as a compiled step computes it best on a CPU.
-
-    - One output column (a critic's head) or a few input features (a critic's first layer on
-      a small env): elementwise products and sums. Batched matmuls of those shapes take the
-      BLAS library's slow paths (a 2x256x256 by 2x256x1 product ran at ~2 GFLOPS, 150 us
-      forward and 550 us with its backward, where the 256x256 layer beside it runs at
-      ~100-160); written out, inductor fuses them and their backward into a loop or two.
-    - Otherwise ``bmm`` and the bias added after it: inductor adds the bias in the loop that
-      follows (the activation), where ``baddbmm`` first copies the broadcast bias into its
-      output (a 2x256x256 write per layer) and then reads it back.
-
-    Measured on CPUs (paired rounds, one process): a compiled SAC update took ~0.63x the
-    eager engine's time on Pendulum instead of ~0.67x with the first, ~0.74x on HalfCheetah
-    instead of ~0.75x with the second; on a GPU the same forms are plain tensor code for
-    inductor. Only under compilation: the eager path keeps ``baddbmm``, so an eager run's
-    numbers stay bitwise what they were.
-    """
-    if weight.shape[-1] == 1:
-        return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
-    if weight.shape[1] > SMALL_FEATURES:
-        return torch.bmm(x, weight) + bias
-    out = bias
-    for k in range(weight.shape[1]):
-        out = out + x[..., k:k + 1] * weight[:, k:k + 1, :]
-    return out
-
-
 class VectorizedLinear(nn.Module):
-    """``members`` independent linear layers applied in one batched matmul (``baddbmm``;
-    compiled, :func:`_compiled_product`).
+    """``members`` independent linear layers applied in one batched matmul (``baddbmm``; a
+    compiled CPU step writes it out where BLAS is slow for its shapes:
+    :mod:`beyondfit.core.compile.products`).
 
     Input ``(members, B, in)`` (or ``(B, in)``, shared by every member: broadcast without a
     copy), output ``(members, B, out)``. Initialised member by member as ``nn.Linear`` is.
@@ -103,8 +70,6 @@ class VectorizedLinear(nn.Module):
             weight, bias = weight[:members], bias[:members]
         if x.dim() == 2:
             x = x.expand(weight.shape[0], *x.shape)
-        if torch.compiler.is_compiling():
-            return _compiled_product(x, weight, bias)
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from beyondfit.core.compile.inductor_options import patches
+from beyondfit.core.compile.products import VALUE, write_out_products
 from beyondfit.core.logs import count
 from beyondfit.core.options import check_option
 
@@ -145,6 +146,10 @@ class CountedCompile:
                 self.report.recompiles += 1
             else:
                 self.report.graphs += 1
+            _, unreadable = write_out_products(gm)  # before autograd: the backward follows
+            if unreadable:
+                self.report.left_out("batched products written out for a CPU graph",
+                                     f"this torch: dynamo's nodes carry no {VALUE!r}")
             with warnings.catch_warnings(record=True) as caught:  # the filters still apply
                 compiled = inductor(gm, example_inputs, patches(example_inputs, cuda_graphs))
             for said in caught:  # torch's own to the report; anyone else's as they were
