@@ -96,3 +96,20 @@ def test_a_stop_that_did_happen_still_ends_the_resumed_run(tmp_path: Path) -> No
     assert again.returncode == 0, again.stderr[-2000:]
     resumed = json.loads((kept / "result.json").read_text())
     assert resumed["finished"] == "stopped early" and resumed["step"] == result["step"]
+
+
+def test_a_confirmed_rl_stop_still_ends_the_resumed_run(tmp_path: Path) -> None:
+    """A stop rule that fired and that the confirming episodes confirmed: the record is the
+    training-time evaluation's, the final values the confirmation's; the resume agrees."""
+    run = tmp_path / "run"
+    rule = 'train.stop="val_return>=5"'  # any CartPole episode lasts 8 steps or more
+    done = cli(*DQN, rule, f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((run / "result.json").read_text())
+    assert result["finished"] == "stopped early", result
+    (run / "result.json").unlink()  # killed after its last checkpoint
+    again = cli(*DQN, rule, f"resume={run}", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr[-2000:]
+    resumed = json.loads((run / "result.json").read_text())
+    assert resumed["finished"] == "stopped early" and resumed["step"] == result["step"]
+    assert resumed["stopped_by"] == result["stopped_by"]
