@@ -47,8 +47,8 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.state.checks import is_count, is_real
 from beyondfit.rl.actions import DiscreteActions, action_columns
-from beyondfit.rl.env_collector import EnvCollector
-from beyondfit.rl.envs import observation_converter
+from beyondfit.rl.env_collector import EnvCollector, EpisodeStats
+from beyondfit.rl.envs import observation_converter, reported_episodes
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.update_ratio import check_ratio, owed, too_short
 
@@ -135,6 +135,7 @@ class ReplayCollector(EnvCollector):
         # Per copy: the RNG state its episode started from (None: the seeded first reset) and
         # the actions sent since; what a resume replays.
         self._replayable = hasattr(envs, "envs")
+        self._reports = getattr(envs, "reports_episodes", False)
         self._ep_rng: list[dict[str, Any] | None] = [None] * n
         self._next_rng: list[dict[str, Any] | None] = [None] * n
         self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
@@ -210,7 +211,11 @@ class ReplayCollector(EnvCollector):
                 action = self.agent.explore(to_obs(obs), gen, self.progress).cpu().numpy()
         action = action.reshape(len(obs), -1)
         sent = self.actions.to_env(action)
-        next_obs, reward, term, trunc, _ = self.envs.step(sent)
+        next_obs, reward, term, trunc, info = self.envs.step(sent)
+        if self._reports and "episode" in info:  # the env's own episodes (a game, all lives)
+            finished = reported_episodes(info)
+            if finished is not None:
+                self.episodes.add_each(*finished)
         valid = ~self._prev_done  # copies that reset in this step took no transition
         n = len(obs)
         done = term | trunc
@@ -225,10 +230,11 @@ class ReplayCollector(EnvCollector):
                 self._ep_actions[i].append(sent[i])
         if (done & valid).any():
             for i in np.flatnonzero(done & valid):
-                self.episodes.add(1, self._ep_return[i], self._ep_length[i])
+                if not self._reports:
+                    self.episodes.add(1, self._ep_return[i], self._ep_length[i])
                 self._ep_return[i], self._ep_length[i] = 0.0, 0
                 if self._replayable:  # the state the coming autoreset will draw from
-                    self._next_rng[i] = copy.deepcopy(_rng(self.envs, i).bit_generator.state)
+                    self._next_rng[i] = _rng_state(self.envs, i)
         self._prev_done = done & valid
         self._obs = next_obs
 
@@ -252,14 +258,14 @@ class ReplayCollector(EnvCollector):
             state = self._ep_rng[i]
             seeds.append(self.seed + i if state is None else None)
             if state is not None:
-                _rng(self.envs, i).bit_generator.state = copy.deepcopy(state)
+                _set_rng_state(self.envs, i, state)
         obs, _ = self.envs.reset(seed=seeds)
         saved = np.asarray(restore["obs"])
         exact = True
         for i in range(n):
             if self._prev_done[i]:
                 # Its episode had ended: the next step resets it from the state kept then.
-                _rng(self.envs, i).bit_generator.state = copy.deepcopy(self._next_rng[i])
+                _set_rng_state(self.envs, i, self._next_rng[i])
                 self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
                 continue
             for action in self._ep_actions[i]:
@@ -339,8 +345,56 @@ class ReplayCollector(EnvCollector):
                                 for a in state["episode_actions"]]
 
 
-def _rng(envs: Any, i: int) -> np.random.Generator:
-    return envs.envs[i].unwrapped.np_random
+def _rng_state(envs: Any, i: int) -> dict[str, Any]:
+    """What env copy ``i`` draws its next episode from, as plain data: its ``np_random``
+    generator's state and, for a MinAtar game (whose sticky actions and spawns draw from a
+    ``RandomState`` of its own, and whose sticky action repeats the previous episode's last
+    one), that generator's state and the last action."""
+    env = envs.envs[i].unwrapped
+    state: dict[str, Any] = {"np_random": copy.deepcopy(env.np_random.bit_generator.state)}
+    game = getattr(env, "game", None)
+    if isinstance(getattr(game, "random", None), np.random.RandomState):
+        _, keys, pos, has_gauss, cached = game.random.get_state()
+        state["game"] = {"keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                         "cached_gaussian": float(cached),
+                         "last_action": int(getattr(game, "last_action", 0))}
+    return state
+
+
+def _set_rng_state(envs: Any, i: int, state: dict[str, Any]) -> None:
+    """Put back :func:`_rng_state`'s ``state`` (or a bare generator state, as checkpoints of
+    earlier versions hold) into env copy ``i``."""
+    env = envs.envs[i].unwrapped
+    env.np_random.bit_generator.state = copy.deepcopy(state.get("np_random", state))
+    game = state.get("game")
+    if game is not None:
+        keys = np.asarray(game["keys"], dtype=np.uint32)
+        env.game.random.set_state(("MT19937", keys, game["pos"], game["has_gauss"],
+                                   game["cached_gaussian"]))
+        # The game's one generator, as its seed() shares it (a resumed copy was never seeded).
+        env.game.env.random = env.game.random
+        env.game.last_action = game["last_action"]
+
+
+def _check_rng_state(env: Any, state: Any) -> None:
+    """Raise (TypeError, ValueError, KeyError) unless ``state`` is one :func:`_set_rng_state`
+    puts into ``env`` (the unwrapped copy) unchanged."""
+    if not isinstance(state, dict):
+        raise TypeError(state)
+    copy.deepcopy(env.np_random.bit_generator).state = state.get("np_random", state)
+    game = state.get("game")
+    if game is None:
+        return
+    if not isinstance(getattr(getattr(env, "game", None), "random", None),
+                      np.random.RandomState):
+        raise KeyError("game")
+    keys = game["keys"]
+    if not (isinstance(keys, list) and len(keys) == 624
+            and all(type(k) is int and 0 <= k < 2**32 for k in keys)
+            and type(game["pos"]) is int and 0 <= game["pos"] <= 624
+            and game["has_gauss"] in (0, 1) and isinstance(game["cached_gaussian"], float)
+            and type(game["last_action"]) is int and game["last_action"] >= 0):
+        raise ValueError(game)
 
 
 def _plain(states: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
@@ -402,9 +456,13 @@ def check_replay_state(data: ReplayCollector, state: Any) -> None:
         if not isinstance(value, list) or len(value) != n or not all(map(test, value)):
             raise fail(key, value, f"a list of {n} entries (one per env copy), each {want}")
     finished = state.get("finished", [0, 0.0, 0])
-    if not (isinstance(finished, list) and len(finished) == 3 and is_count(finished[0])
-            and is_real(finished[1]) and math.isfinite(finished[1]) and is_count(finished[2])):
-        raise fail("finished", finished, "[episodes, sum of returns, sum of lengths]")
+    recent = finished[3] if isinstance(finished, list) and len(finished) == 4 else []
+    if not (isinstance(finished, list) and len(finished) in (3, 4) and is_count(finished[0])
+            and is_real(finished[1]) and math.isfinite(finished[1]) and is_count(finished[2])
+            and isinstance(recent, list) and len(recent) <= EpisodeStats.RECENT
+            and all(is_real(r) and math.isfinite(r) for r in recent)):
+        raise fail("finished", finished, "[episodes, sum of returns, sum of lengths] and at "
+                   f"most {EpisodeStats.RECENT} recent finite returns")
     generator = state.get("generator")
     if generator is not None:
         try:  # a CPU state is tried on a scratch generator; a CUDA one is 16 bytes
@@ -442,8 +500,8 @@ def _check_replay(data: ReplayCollector, state: dict[str, Any], n: int) -> None:
                                          "episode, and its next one starts from that state")
                 continue
             try:
-                copy.deepcopy(data.envs.envs[i].unwrapped.np_random.bit_generator).state = entry
-            except (TypeError, ValueError, KeyError):
+                _check_rng_state(data.envs.envs[i].unwrapped, entry)
+            except (TypeError, ValueError, KeyError, AttributeError):
                 raise BeyondfitError(f"{key}[{i}] is not a state of env copy {i}'s random "
                                      "generator") from None
         actions = state["episode_actions"][i]

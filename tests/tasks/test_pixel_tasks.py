@@ -10,8 +10,9 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
-from kit import QUIET, cli, rows
+from kit import QUIET, cli, killed_and_resumed, rows
 
 pytest.importorskip("ale_py", reason='the atari extra: pip install -e ".[atari]"')
 pytest.importorskip("minatar", reason='the minatar extra: pip install -e ".[minatar]"')
@@ -110,3 +111,19 @@ def test_a_missing_simulator_is_one_line_naming_the_extra(tmp_path: Path) -> Non
     assert done.returncode == 2
     assert 'pip install "beyondfit[minatar]"' in done.stderr
     assert quiet(done.stderr).strip().count("\n") == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.runs("conf/experiment/tuned/minatar_dqn.yaml")
+def test_minatar_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
+    overrides = ["+task=minatar", "algo=dqn", "task.total_env_steps=900",
+                 "task.replay.learning_starts=100", "task.eval_every_env_steps=100000",
+                 "task.eval_episodes=1", "task.confirm_episodes=1", "checkpoint.every=25",
+                 "task.loss.target_every=20"]
+    got, expected, context = killed_and_resumed(overrides, 800, tmp_path, kill_from=150)
+    buffer, resumed = expected["data"]["buffer"], got["data"]["buffer"]
+    assert all(f.dtype == torch.bool for f in buffer["frames"]), context  # boards as the env
+    assert all(torch.equal(a, b) for a, b in zip(resumed["frames"], buffer["frames"],
+                                                 strict=True)), context
+    assert all(torch.equal(resumed["fields"][k], v) for k, v in buffer["fields"].items())
+    assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
