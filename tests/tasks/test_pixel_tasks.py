@@ -127,3 +127,24 @@ def test_minatar_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path
                                                  strict=True)), context
     assert all(torch.equal(resumed["fields"][k], v) for k, v in buffer["fields"].items())
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
+
+
+#: docs/how-to/pixels.md's DQN lines, each run as typed with a tiny budget.
+DQN_LINES = ("python -m beyondfit +task=minatar task.env=MinAtar/SpaceInvaders-v1 algo=dqn",
+             "python -m beyondfit +task=atari task.env=ALE/Pong-v5 algo=dqn")
+
+
+@pytest.mark.e2e
+@pytest.mark.runs("conf/experiment/tuned/atari_dqn.yaml", *DQN_LINES)
+@pytest.mark.parametrize("line", DQN_LINES)
+def test_dqn_from_pixels_stores_each_frame_once_and_says_the_buffers_size(tmp_path: Path,
+                                                                          line) -> None:
+    run = tmp_path / "run"
+    done = cli(*shlex.split(line)[3:], "task.total_env_steps=600",
+               "task.replay.learning_starts=200", "task.eval_every_env_steps=600", *TINY,
+               f"hydra.run.dir={run}", cwd=tmp_path)
+    assert done.returncode == 0, quiet(done.stderr)
+    said = [s for s in (done.stdout + done.stderr).splitlines() if s.startswith("replay buffer:")]
+    assert said and "stored once" in said[0], said  # its size in GB, first thing
+    encoder = "minatar" if "minatar" in line else "auto"
+    assert json.loads((run / "policy.json").read_text())["agent"]["encoder"] == encoder
