@@ -152,6 +152,7 @@ def run_seed(task: str, seed: int, results: Path, overrides: list[str], method: 
     else:
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
         env_steps = max(row.get("env_steps", 0) for row in rows)
+
     summary = {"seed": seed, "solved": bool(record["solved"]),
                "return": record["values"]["val_return"], "env_steps": int(env_steps),
                "stopped_by": record["stopped_by"], "optimizer_steps": record["step"],
@@ -159,8 +160,29 @@ def run_seed(task: str, seed: int, results: Path, overrides: list[str], method: 
                                                                     + before.ru_stime),
                "seconds": seconds, "command": " ".join(command[1:]),
                "commit": commit}  # fmt: skip
+    if method != "sb3":  # of the per-step rows (which stay local, untracked), the curve alone
+        summary["curve"] = curve(rows)
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def curve(rows: list[dict], points: int = 50) -> dict[str, list[list[float]]]:
+    """A run's learning curve, small enough to keep in git: each greedy evaluation's
+    ``[env_steps, val_return]`` (an evaluation row's env steps: those of the last training row
+    at or before its optimizer step) and ``[env_steps, episode_return]`` at up to ``points``
+    evenly spaced training rows."""
+    at_step = sorted((r["step"], r["env_steps"]) for r in rows
+                     if r.get("kind") == "train" and "env_steps" in r)
+    evals = []
+    for r in rows:
+        if r.get("kind") == "val" and "val_return" in r:
+            before = [env for step, env in at_step if step <= r["step"]]
+            evals.append([before[-1] if before else 0, r["val_return"]])
+    train = [[r["env_steps"], r["episode_return"]] for r in rows
+             if r.get("kind") == "train" and "episode_return" in r and "env_steps" in r]
+    if len(train) > points:
+        train = [train[round(i * (len(train) - 1) / (points - 1))] for i in range(points)]
+    return {"eval": evals, "train": train}
 
 
 def _commit() -> str:

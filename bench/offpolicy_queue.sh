@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The off-policy bench's SB3 runs, one at a time, niced, in the order they are needed:
-#   nohup bench/offpolicy_queue.sh >> bench/results/offpolicy-queue.log 2>&1 &
+#   nohup bench/offpolicy_queue.sh >> offpolicy-queue.log 2>&1 &
 # A run whose result file is kept is skipped, so the queue can be restarted at any time.
 # Other runs can be queued by giving "METHOD TASK SEED" triples on the command line;
 # OFFPOLICY_ARGS (e.g. "--budget 300 --results /tmp/r") is added to every run.
