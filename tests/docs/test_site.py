@@ -35,6 +35,13 @@ def test_the_site_builds_strict_offline(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     api = (tmp_path / "site" / "reference" / "python-api" / "index.html").read_text()
     assert "fit" in api and "Update" in api  # the docstrings were rendered
+    # The docstrings' Sphinx roles are links (docs/sphinx_roles.py), never raw text; a role
+    # whose target the site does not render is its code text.
+    raw = re.findall(r":(?:py:)?(?:class|meth|func|mod|data|attr|exc|obj|const):\S{0,60}", api)
+    assert raw == []
+    assert ('href="#beyondfit.core.update.Update"' in api  # ~beyondfit.core.update.Update
+            and 'href="#beyondfit.core.engine.Engine.load"' in api  # :meth:`load`, inherited
+            and 'href="#beyondfit.data.batches.TensorBatches"' in api)  # ~beyondfit.TensorBatches
     cli = (tmp_path / "site" / "reference" / "command-line" / "index.html").read_text()
     assert "usage: python -m beyondfit.compare" in cli  # the hook ran each --help
 
