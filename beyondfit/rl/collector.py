@@ -56,6 +56,11 @@ class RolloutBatch(NamedTuple):
         returns: discounted returns-to-go, ``(B,)``: with a critic ``advantages + old_values``
             (the critic's regression target, bootstrapped at truncations and at the rollout's
             end); without one, cut there (nothing to bootstrap from).
+
+    With ``transitions=True`` the collector yields :class:`RolloutTransitions` instead: these
+    fields, with the same values, and each transition's ``next_obs``, ``terminated`` and
+    ``truncated`` (what a self-supervised term reads; the task asks for them when ``task.aux``
+    names a term). A run that asks for none gets exactly this batch.
     """
 
     obs: torch.Tensor
@@ -64,6 +69,30 @@ class RolloutBatch(NamedTuple):
     old_values: torch.Tensor | None
     advantages: torch.Tensor
     returns: torch.Tensor
+
+
+class RolloutTransitions(NamedTuple):
+    """A :class:`RolloutBatch` (the same fields, the same values) with what a self-supervised
+    term on the encoder reads besides (the collector's ``transitions=True``).
+
+    Attributes:
+        obs, actions, old_log_prob, old_values, advantages, returns: as :class:`RolloutBatch`.
+        next_obs: the observation each action led to, as ``obs``: at an episode's end its
+            true last observation (under next-step autoreset every valid transition has one;
+            never the next episode's first).
+        terminated: ``(B,)`` float32, 1.0 where the episode ended for good at this step.
+        truncated: ``(B,)`` float32, 1.0 where a time limit cut the episode at this step.
+    """
+
+    obs: torch.Tensor
+    actions: torch.Tensor
+    old_log_prob: torch.Tensor | None
+    old_values: torch.Tensor | None
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
 
 
 class RolloutCollector(EnvCollector):
@@ -90,6 +119,8 @@ class RolloutCollector(EnvCollector):
             skips that rollout's remaining epochs (PPO's early stop at a target KL: see
             :class:`beyondfit.rl.kl_stop.TargetKL`). Under several ranks it must answer the same
             on every rank.
+        transitions: yield :class:`RolloutTransitions`: each transition's ``next_obs``,
+            ``terminated`` and ``truncated`` besides (what a self-supervised term reads).
 
     Running normalization: when the policy has a ``normalizer``
     (:class:`~beyondfit.rl.normalization.Normalizer`), the collector is the one place that
@@ -122,6 +153,7 @@ class RolloutCollector(EnvCollector):
         seed: int = 0,
         old_log_prob: bool = True,
         stop_epochs: Callable[[], bool] | None = None,
+        transitions: bool = False,
     ) -> None:
         for name, value in (("rollout_steps", num_steps), ("total_env_steps", total_env_steps),
                             ("epochs", epochs), ("minibatches", minibatches)):
@@ -142,6 +174,7 @@ class RolloutCollector(EnvCollector):
         self.old_log_prob = old_log_prob
         self.critic = bool(getattr(policy, "has_critic", True))
         self.stop_epochs = stop_epochs
+        self.transitions = bool(transitions)
         self.rollout_hooks: list[Callable[[RolloutCollector], None]] = []
         self.normalizer = getattr(policy, "normalizer", None)
         self._pending_moments: torch.Tensor | None = None  # last rollout's obs, not folded in
@@ -205,7 +238,8 @@ class RolloutCollector(EnvCollector):
                 self._epochs_run[0] += epochs_run
                 self._epochs_run[1] += 1
 
-    def _epoch_batches(self, batch: RolloutBatch, device: torch.device) -> Iterator[RolloutBatch]:
+    def _epoch_batches(self, batch: RolloutBatch | RolloutTransitions, device: torch.device
+                       ) -> Iterator[RolloutBatch | RolloutTransitions]:  # fmt: skip
         """One pass over a rollout: the batch itself, or ``minibatches`` shuffled parts of it."""
         if self.minibatches == 1:
             yield batch
@@ -216,9 +250,9 @@ class RolloutCollector(EnvCollector):
         # One gather per field and epoch; the minibatches are then contiguous views.
         chunks = [None if f is None else f[perm].tensor_split(self.minibatches) for f in batch]
         for i in range(self.minibatches):
-            yield RolloutBatch(*(None if c is None else c[i] for c in chunks))
+            yield type(batch)(*(None if c is None else c[i] for c in chunks))
 
-    def _collect(self, device: torch.device) -> RolloutBatch:
+    def _collect(self, device: torch.device) -> RolloutBatch | RolloutTransitions:
         """Run one rollout and return its valid transitions with advantages and returns."""
         T, N = self.num_steps, self.envs.num_envs
         policy, envs, to_env, gen = self.policy, self.envs, self._to_env, self._generator
@@ -308,7 +342,7 @@ class RolloutCollector(EnvCollector):
         flat_obs = obs_all[:T].flatten(0, 1)[keep]
         if normalizer is not None and normalizer.obs is not None:
             self._pending_moments = batch_moments(flat_obs.flatten(1).float())
-        return RolloutBatch(
+        batch = RolloutBatch(
             obs=flat_obs,
             actions=actions.flatten(0, 1)[keep],
             old_log_prob=None if logp is None else logp[keep],
@@ -316,6 +350,15 @@ class RolloutCollector(EnvCollector):
             advantages=flat_adv,
             returns=flat_returns,
         )
+        if not self.transitions:
+            return batch
+
+        def flags(x: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(x.astype(np.float32)).to(device).reshape(-1)[keep]
+
+        # obs_all[t + 1] is step t's next observation: at an episode's end its final one.
+        return RolloutTransitions(*batch, next_obs=obs_all[1:].flatten(0, 1)[keep],
+                                  terminated=flags(terminated), truncated=flags(truncated))
 
     def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
         """Add the episodes that ended in this rollout to the statistics, without a per-step loop.

@@ -162,6 +162,8 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
       otherwise (CleanRL's ``tau``).
 
     Gradient clipping is the engine's (``engine.clip_norm=10``: SB3's ``max_grad_norm``).
+    With ``task.aux=[shift]`` (DrQ, :mod:`beyondfit.rl.auxiliary`) the TD target is averaged
+    over ``k`` shifted next observations and the loss over ``m`` shifted observations.
     """
     _check_gamma(gamma)
     _check_tau(tau)
@@ -172,6 +174,8 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
             raise BeyondfitError(f"task.loss.{key}={value!r}: true or false")
 
     def q(model: QAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
+        if getattr(batch, "obs_views", None) is not None:  # task.aux=[shift]: DrQ
+            return drq(model, batch)
         with torch.no_grad():
             next_q = model.q_target(batch.next_obs)
             if double:
@@ -183,5 +187,24 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
         taken = model.q(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         error = F.smooth_l1_loss if huber else F.mse_loss
         return {"loss": error(taken, target), "q": taken.detach().mean()}
+
+    def drq(model: QAgent, batch: Any) -> dict[str, torch.Tensor]:
+        # DrQ (Kostrikov, Yarats et al. 2020): the target averaged over K shifted next
+        # observations, the loss over M shifted observations (rows view-major: view i is
+        # rows i * B to (i + 1) * B).
+        n = batch.rewards.shape[0]
+        with torch.no_grad():
+            next_q = model.q_target(batch.next_views).view(-1, n, model.n_actions)  # (K, B, A)
+            if double:
+                best = model.q(batch.next_views).view(-1, n, model.n_actions).argmax(2, True)
+                next_value = next_q.gather(2, best).squeeze(2)
+            else:
+                next_value = next_q.max(2).values
+            target = _td_target(batch, next_value.mean(0), gamma)
+        values = model.q(batch.obs_views).view(-1, n, model.n_actions)  # (M, B, A)
+        index = batch.actions.view(1, n, 1).expand(values.shape[0], n, 1)
+        taken = values.gather(2, index).squeeze(2)
+        error = F.smooth_l1_loss if huber else F.mse_loss
+        return {"loss": error(taken, target.expand_as(taken)), "q": taken.detach().mean()}
 
     return [OffPolicyUpdate("q", q, trains="q", target=Target("q_target", tau, target_every))]

@@ -24,6 +24,7 @@ from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.agents import AGENTS
 from beyondfit.rl.algorithm import OffPolicyUpdate, engine_updates
+from beyondfit.rl.auxiliary import resolve as resolve_aux
 from beyondfit.rl.encoders import describe_encoder
 from beyondfit.rl.envs import WrapperFn, make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
@@ -63,6 +64,8 @@ def build(
     encoder: Any = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
     vectorization: str = "auto",
+    aux: Sequence[Any] = (),
+    aux_options: Mapping[str, Any] | None = None,
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
@@ -88,6 +91,9 @@ def build(
             the actor reads. ``task.agent.encoder`` overrides ``task.encoder``.
         vectorization: ``auto`` or ``sync``: the copies are stepped in this process, which an
             exact resume rebuilds (``async`` is refused in one line).
+        aux, aux_options: auxiliary self-supervised terms on the encoder
+            (:mod:`beyondfit.rl.auxiliary`), summed into the closure of the update that trains
+            the encoder (DQN's ``q``, SAC's and TD3's ``critic``) under its optimizer.
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
@@ -102,7 +108,9 @@ def build(
                            vectorization=vectorization)
     try:
         model, described = _agent(agent, envs, encoder)
-        updates, added = engine_updates(model, loss, optimizers)  # one optimizer each
+        auxiliary = resolve_aux(aux, aux_options, envs.single_observation_space,
+                                envs.single_action_space)
+        updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
         description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),

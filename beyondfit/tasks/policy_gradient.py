@@ -23,7 +23,9 @@ import numpy as np
 from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
+from beyondfit.core.update import Update
 from beyondfit.rl.algorithm import OffPolicyUpdate
+from beyondfit.rl.auxiliary import resolve as resolve_aux
 from beyondfit.rl.collector import RolloutCollector
 from beyondfit.rl.encoders import describe_encoder
 from beyondfit.rl.envs import WrapperFn, make_vector_env
@@ -66,6 +68,8 @@ def build(
     encoder: Any = "auto",
     env_kwargs: Mapping[str, Any] | None = None,
     vectorization: str = "auto",
+    aux: Sequence[Any] = (),
+    aux_options: Mapping[str, Any] | None = None,
 ) -> Task:
     """Build the RL task: policy, rollout collector, the given loss closure, greedy evaluator.
 
@@ -113,6 +117,10 @@ def build(
             ``frameskip=1`` under ``AtariPreprocessing``).
         vectorization: how the training env copies are stepped
             (:data:`~beyondfit.rl.envs.VECTORIZATIONS`: ``auto``, ``sync``, ``async``).
+        aux, aux_options: auxiliary self-supervised terms on the encoder
+            (:mod:`beyondfit.rl.auxiliary`): ``shift``, ``reconstruction``,
+            ``self_prediction`` or your own, summed into ``loss`` under its one optimizer; the
+            rollout batches then carry ``next_obs`` and the done flags.
     """
     started = time.perf_counter()
     if isinstance(loss, Mapping | list | tuple | OffPolicyUpdate):
@@ -151,13 +159,22 @@ def build(
                              hidden=tuple(hidden), value_head=bool(critic),
                              log_std_init=log_std_init, activation=activation,
                              normalizer=normalizer, encoder=encoder)
+        auxiliary = resolve_aux(aux, aux_options, envs.single_observation_space,
+                                envs.single_action_space)
+        loss_fn: Any = loss
+        added: list[str] = []
+        if auxiliary is not None:
+            # The terms' parts join the policy (and so its optimizer); their momentum copies
+            # follow each optimizer step, as a target network's do.
+            _, hooks, added = auxiliary.attach(policy)
+            loss_fn = [Update("", auxiliary.wrap(loss), after_step=hooks)]
         data = RolloutCollector(
             envs, policy,
             num_steps=settings["rollout_steps"], total_env_steps=total_env_steps, gamma=gamma,
             gae_lambda=settings["gae_lambda"], epochs=settings["epochs"],
             minibatches=settings["minibatches"], seed=seed,
             old_log_prob=bool(settings["old_log_prob"]),
-            stop_epochs=getattr(loss, "stop_epochs", None),
+            stop_epochs=getattr(loss, "stop_epochs", None), transitions=auxiliary is not None,
         )
         rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
         architecture = {"env": env, "hidden": list(hidden), "activation": activation,
@@ -165,11 +182,12 @@ def build(
                         "wrappers": describe_wrappers(wrappers),
                         "normalizer": None if normalizer is None else normalizer.describe(),
                         "encoder": describe_encoder(encoder), "env_kwargs": dict(env_kwargs or {})}
-        return rl_task(policy, loss, data, architecture, env=env, wrappers=wrappers, seed=seed,
+        return rl_task(policy, loss_fn, data, architecture, env=env, wrappers=wrappers, seed=seed,
                        eval_every=rollouts_between_evals * data.batches_per_rollout,
                        eval_episodes=eval_episodes, target_return=target_return,
                        confirm_episodes=confirm_episodes, started=started,
-                       callbacks=env_step_schedules(anneal, data, loss), env_kwargs=env_kwargs)
+                       callbacks=env_step_schedules(anneal, data, loss), env_kwargs=env_kwargs,
+                       leave_out=added)
     except BaseException:
         envs.close()
         raise
