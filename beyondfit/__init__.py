@@ -9,6 +9,7 @@ heavy, so the command line can answer Ctrl-C with one line even while torch is l
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import os
 import signal
@@ -85,4 +86,13 @@ __all__ = [
     "seed_everything",
 ]
 __version__ = "0.1.0"
-__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
+_lazy_getattr, __dir__ = lazy_exports(globals(), _EXPORTS)
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported on first use; the engine with the distributed layer's
+    strategy resolver in place (strategy="auto" is DDP under torchrun), which the core itself
+    does not import."""
+    if name == "Engine":
+        importlib.import_module("beyondfit.distributed.connector")
+    return _lazy_getattr(name)

@@ -11,7 +11,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "beyondfit"
 HEAVY = ("hydra", "omegaconf", "gymnasium", "matplotlib", "tensorboard", "torch.utils.tensorboard")
-ABOVE_CORE = ("beyondfit.rl", "beyondfit.tasks", "beyondfit.cli", "beyondfit.observers")
+ABOVE_CORE = ("beyondfit.rl", "beyondfit.tasks", "beyondfit.cli", "beyondfit.observers",
+              "beyondfit.distributed", "beyondfit.checkpoint", "beyondfit.data")
 
 
 def imported_modules(path: Path) -> set[str]:

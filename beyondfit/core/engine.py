@@ -33,9 +33,8 @@ from beyondfit.core.schedules import planned_steps
 from beyondfit.core.state.engine_state import Checkpointable
 from beyondfit.core.state.position import Counter, RunPosition
 from beyondfit.core.step import Window
-from beyondfit.core.strategy import Strategy
+from beyondfit.core.strategy import Strategy, resolve
 from beyondfit.core.update import OnlyUpdate, Update, build_updates, check_disjoint
-from beyondfit.distributed.connector import resolve_strategy
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +129,7 @@ class Engine(Checkpointable):
         )
 
         # "auto": DDP when torchrun started several processes (beyondfit.distributed).
-        self.strategy = resolve_strategy(strategy)
+        self.strategy = resolve(strategy)  # names: by the resolver the layer above set
         self.device = self.strategy.setup_device(device)
         self.model = model.to(self.device)
         trainable = [p for p in self.model.parameters() if p.requires_grad]

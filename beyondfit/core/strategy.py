@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -129,3 +130,40 @@ class Strategy:
 
     def barrier(self) -> None:
         """Wait for every rank."""
+
+
+# ----------------------------------------------------------------------------- strategy names
+def _one_process(strategy: str | Strategy | None) -> Strategy:
+    """What the core alone makes of a strategy name: one process. Choosing DDP belongs to
+    the layer that knows the launches (:mod:`beyondfit.distributed.connector`), which puts
+    its own resolver in place when imported (``from beyondfit import Engine`` imports it)."""
+    if isinstance(strategy, Strategy):
+        return strategy
+    from beyondfit.core.errors import BeyondfitError
+    from beyondfit.core.options import check_option
+
+    name = "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
+    several = os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")
+    if name == "ddp" or (name == "auto" and several):
+        raise BeyondfitError(
+            f"strategy={name!r} under a launch of several processes needs "
+            "beyondfit.distributed: import the engine as `from beyondfit import Engine`, or "
+            "pass strategy=beyondfit.distributed.DDPStrategy()")
+    return Strategy()
+
+
+_resolve: Callable[[str | Strategy | None], Strategy] = _one_process
+
+
+def use_resolver(resolve: Callable[[str | Strategy | None], Strategy]) -> None:
+    """Make ``resolve`` the way :class:`~beyondfit.core.engine.Engine` turns a strategy name
+    (``"auto"``, ``"none"``, ``"ddp"``) into a strategy: called by the layer above the core
+    that knows the launches, never by the core."""
+    global _resolve
+    _resolve = resolve
+
+
+def resolve(strategy: str | Strategy | None) -> Strategy:
+    """``strategy`` as a :class:`Strategy`: an instance as it is, a name by the resolver in
+    place (:func:`use_resolver`; one process until the distributed layer is imported)."""
+    return _resolve(strategy)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_option
-from beyondfit.core.strategy import Strategy
+from beyondfit.core.strategy import Strategy, use_resolver
 
 #: The single-process strategy.
 _SINGLE = Strategy()
@@ -53,3 +53,8 @@ def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
 
         return DDPStrategy()
     return Strategy()
+
+
+# The engine resolves strategy names through this layer, which knows the launches (the core
+# alone knows one process): in place from the first import of this module on.
+use_resolver(resolve_strategy)

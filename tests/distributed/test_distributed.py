@@ -22,6 +22,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from beyondfit import BeyondfitError, Callback, Engine, TensorBatches
+from beyondfit.cli.builders import build_scheduler
 from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
 from beyondfit.core.seeding import rank_seed
 from beyondfit.core.strategy import Strategy
@@ -510,8 +511,10 @@ def test_torchrun_regression_one_run_dir_rank0_writes_and_resumes_alone(tmp_path
     with initialize_config_dir(version_base="1.3", config_dir=str(CONF_DIR)):
         cfg = compose(config_name="config", overrides=["+task=regression", "device=cpu", no_stop])
     task = build_task(cfg.task)
+    # Built as the run was (its cosine schedule too: the checkpoint's learning rate, 0 at the
+    # schedule's end, is refused by an engine that has no schedule to explain it).
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
-                    strategy="none")
+                    strategy="none", scheduler=build_scheduler(cfg.get("scheduler")))
     engine.load(checkpoint)
     assert engine.global_step == 18
     single = engine.evaluate(task.val_data)
