@@ -39,7 +39,7 @@ def test_the_pixel_tasks_train_save_their_encoder_and_play(tmp_path: Path, line)
     task = line.rpartition("=")[2]
     run = tmp_path / "outputs" / task / "DATE"
     done = cli(*shlex.split(line)[3:], "task.total_env_steps=2048",
-               "task.eval_every_env_steps=1024", *TINY, f"hydra.run.dir={run}", cwd=tmp_path)
+               "task.eval_every_env_steps=2048", *TINY, f"hydra.run.dir={run}", cwd=tmp_path)
     assert done.returncode == 0, quiet(done.stderr)
     policy = json.loads((run / "policy.json").read_text())
     assert policy["encoder"] == PAGE[line]
