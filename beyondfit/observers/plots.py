@@ -2,12 +2,19 @@
 
 Panels, each drawn only when the run logged its values: the loss (``loss`` and
 ``val_loss``), the return for RL (``episode_return`` of the training episodes and
-``val_return`` of the evaluation episodes), and up to three other validation metrics
-(``val_r2``, ``val_mae``, ...). The x axis is the optimizer step.
+``val_return`` of the evaluation episodes, with the task's ``target_return`` as a dashed line),
+one panel per other logged term of the loss (``policy_loss``, ``q/td``, ``q/cql``,
+``aux/recon``, ..., each with its ``val_`` twin), and up to three other validation metrics
+(``val_r2``, ``val_mae``, ...). The optimizers' own values (``lr``, ``grad_norm``,
+``skipped_steps``) and the collector's (``env_steps``, ``episode_*``) get no panel of their
+own. Four panels a row. The x axis is the environment steps for an RL run (its rows log
+``env_steps``; an evaluation row's are read off the training rows around it), else the
+optimizer step.
 
-matplotlib is an optional extra (``pip install "beyondfit[plots]"``), imported only when a
-plot is drawn. Drawing goes through the Agg canvas of a bare ``Figure``, never pyplot, so
-it neither needs a display nor switches the backend of a notebook that calls it.
+matplotlib is a dependency of the base install, imported only when a plot is drawn (never by
+``import beyondfit`` or ``--help``). Drawing goes through the Agg canvas of a bare ``Figure``,
+never pyplot, so it neither needs a display nor switches the backend of a notebook that calls
+it.
 
 The command line draws in-process when training ends (``on_fit_end``), so that a run's files
 are complete when its command returns: a script that runs a job and then copies its plot finds
@@ -22,13 +29,14 @@ importing torch.
 from __future__ import annotations
 
 import argparse
+import bisect
 import importlib.util
 import json
 import logging
 import math
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +59,13 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 #: Validation values that are not worth a panel of their own.
 _NOT_METRICS = {"val_loss", "val_return", "val_length"}
+#: Logged names that are no term of a loss: the row's place, an optimizer's own values (also as
+#: ``NAME/lr``, ...) and the RL collector's statistics (``episode_*`` too).
+_NOT_TERMS = {"epoch", "step", "env_steps", "lr", "grad_norm", "skipped_steps"}
+#: At most this many panels: a loss logging more terms has its first ones drawn.
+MAX_PANELS = 16
+#: Panels a row.
+COLUMNS = 4
 
 Series = tuple[list[float], list[float]]
 
@@ -133,30 +148,114 @@ def _number(value: Any) -> float | None:
         return None
 
 
-def panels(rows: Sequence[Mapping[str, Any]], max_metrics: int = 3) -> dict[str, list[str]]:
-    """The panels worth drawing for these rows: title -> names with at least one value."""
+def panels(rows: Sequence[Mapping[str, Any]], max_metrics: int = 3,
+           terms: bool = False) -> dict[str, list[str]]:  # fmt: skip
+    """The panels worth drawing for these rows: title -> names with at least one value.
+
+    ``terms``: besides the loss and the return, a panel for each other term the loss logged
+    (titled by its name, with its ``val_`` twin), in the order first logged; ``False`` (what
+    ``compare`` shows): the loss, the return and the validation metrics only.
+    """
     present: dict[str, None] = {}
     for row in rows:
         for name, value in row.items():
-            if isinstance(value, (int, float)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 present.setdefault(name, None)
     chosen = {title: [n for n in names if n in present] for title, names in PANELS.items()}
     chosen = {title: names for title, names in chosen.items() if names}
-    others = [n for n in present if n.startswith("val_") and n not in _NOT_METRICS]
+    shown = {n for names in chosen.values() for n in names}
+    if terms:
+        for name in present:
+            if name in shown or name.startswith(("val_", "episode_")) or (
+                    name.rsplit("/", 1)[-1] in _NOT_TERMS):
+                continue
+            chosen[name] = [name] + ([f"val_{name}"] if f"val_{name}" in present else [])
+            shown.update(chosen[name])
+    others = [n for n in present
+              if n.startswith("val_") and n not in _NOT_METRICS and n not in shown]
     if others[:max_metrics]:
         chosen["validation metrics"] = others[:max_metrics]
     return chosen
 
 
-def new_figure(panel_count: int, width: float = 4.2, height: float = 3.2) -> tuple[Any, list[Any]]:
-    """A bare Agg figure with ``panel_count`` side-by-side axes (no pyplot, no display)."""
+def env_steps(rows: Sequence[Mapping[str, Any]]) -> Callable[[float], float] | None:
+    """The env steps at an optimizer step, read off the rows that log ``env_steps`` (an RL
+    collector's running total); ``None`` when no row logs it (not an RL run).
+
+    A step between two logged ones (an evaluation row logs none) gets the count of the last
+    logged step before it: never more env steps than the run had taken, and exact for an
+    on-policy evaluation, which runs between two rollouts (interpolating would put it halfway
+    into the next one); an off-policy run is at most a log interval's env steps behind."""
+    by_step: dict[float, float] = {}
+    for row in rows:
+        step, count = _number(row.get("step")), _number(row.get("env_steps"))
+        if row.get("kind") != "val" and step is not None and count is not None:
+            by_step[step] = count  # later rows of a step win, as in series()
+    if not by_step:
+        return None
+    steps = sorted(by_step)
+    counts = [by_step[s] for s in steps]
+
+    def at(step: float) -> float:
+        return counts[max(0, bisect.bisect_right(steps, step) - 1)]
+
+    return at
+
+
+def _by_env_steps(steps: Sequence[float], values: Sequence[float],
+                  to_env_steps: Callable[[float], float]) -> Series:  # fmt: skip
+    """A curve's points against env steps; the steps of one rollout share a count, and the last
+    value logged at a count stands for it (a curve, not a comb of vertical strokes)."""
+    by_count: dict[float, float] = {}
+    for step, value in zip(steps, values):
+        by_count[to_env_steps(step)] = value
+    counts = sorted(by_count)
+    return counts, [by_count[c] for c in counts]
+
+
+def target_return(run_dir: str | Path) -> float | None:
+    """The task's ``target_return`` as the run's config says it (``.hydra/``, a resumed run's
+    newest), else its ``result.json``'s ``target``; ``None`` when it has none (null, or no
+    config: a run of the Python API)."""
+    run_dir = Path(run_dir)
+    for config in (run_dir / ".hydra" / "resume" / "config.yaml",
+                   run_dir / ".hydra" / "config.yaml"):
+        if config.is_file():
+            try:
+                from omegaconf import OmegaConf
+
+                value = OmegaConf.select(OmegaConf.load(config), "task.target_return",
+                                         default=None, throw_on_resolution_failure=False)
+            except Exception:  # a config we cannot read draws no line, it fails no plot
+                value = None
+            return _finite(value)
+    try:
+        return _finite(json.loads((run_dir / "result.json").read_text()).get("target"))
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+
+
+def _finite(value: Any) -> float | None:
+    number = None if isinstance(value, bool) else _number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
+def new_figure(panel_count: int, width: float = 4.2, height: float = 3.2,
+               columns: int | None = None) -> tuple[Any, list[Any]]:  # fmt: skip
+    """A bare Agg figure with ``panel_count`` axes, ``columns`` a row (default: all in one
+    row), no pyplot and no display; the axes in reading order."""
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * panel_count, height), dpi=100, layout="constrained")
+    columns = min(panel_count, columns or panel_count)
+    lines = -(-panel_count // columns)
+    fig = Figure(figsize=(width * columns, height * lines), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    return fig, list(fig.subplots(1, panel_count, squeeze=False)[0])
+    axes = list(fig.subplots(lines, columns, squeeze=False).flat)
+    for spare in axes[panel_count:]:  # the last row's empty places
+        spare.remove()
+    return fig, axes[:panel_count]
 
 
 def save_png(fig: Any, path: str | Path) -> Path:
@@ -179,35 +278,65 @@ def use_log_scale(values: Sequence[float]) -> bool:
     return bool(finite) and min(finite) > 0 and max(finite) / min(finite) > 30
 
 
-def plot_run(run_dir: str | Path, out: str | Path | None = None, title: str | None = None) -> Path:
-    """Draw the learning curves of the run in ``run_dir`` into ``out`` (default ``curves.png``).
-
-    Returns the PNG's path. Raises :class:`BeyondfitError` when there is no metrics file,
-    nothing to plot, or no matplotlib.
-    """
-    run_dir = Path(run_dir)
-    rows = read_metrics(run_dir / "metrics.jsonl")
-    chosen = panels(rows)
+def curves_figure(rows: Sequence[Mapping[str, Any]], title: str | None = None,
+                  target: float | None = None) -> Any:  # fmt: skip
+    """The learning curves of these metrics rows as a figure (see the module's docstring for
+    its panels); ``target``: a dashed line on the return panel. Raises
+    :class:`BeyondfitError` when there is nothing to plot."""
+    chosen = panels(rows, terms=True)
     if not chosen:
-        raise BeyondfitError(f"{str(run_dir)!r} has no logged values to plot yet")
-    fig, axes = new_figure(len(chosen))
+        raise BeyondfitError("no logged values to plot yet")
+    if len(chosen) > MAX_PANELS:
+        log.info("curves.png draws %d panels; left out: %s", MAX_PANELS,
+                 ", ".join(list(chosen)[MAX_PANELS:]))
+        chosen = dict(list(chosen.items())[:MAX_PANELS])
+    to_env_steps = env_steps(rows)
+    fig, axes = new_figure(len(chosen), columns=COLUMNS)
     for ax, (panel, names) in zip(axes, chosen.items()):
         drawn: list[float] = []
         for name in names:
-            steps, values = series(rows, name)
+            if to_env_steps is not None and not name.startswith("val_"):
+                # The interval rows only: a one-epoch run's epoch row is its whole mean, not
+                # a point of the curve at its last env step.
+                steps, values = series([r for r in rows if r.get("kind") == "train"], name)
+                if not steps:
+                    steps, values = series(rows, name)
+            else:
+                steps, values = series(rows, name)
             if not steps:
                 continue
+            if to_env_steps is not None:
+                steps, values = _by_env_steps(steps, values, to_env_steps)
             marker = "o" if len(steps) <= 30 else None  # sparse evaluations: show the points
             ax.plot(steps, values, label=name, marker=marker, markersize=3, linewidth=1.5)
             drawn += values
+        if panel == "return" and target is not None:
+            ax.axhline(target, color="0.35", linestyle="--", linewidth=1,
+                       label=f"target {target:g}")
         if panel == "loss" and use_log_scale(drawn):
             ax.set_yscale("log")
         ax.set_title(panel)
-        ax.set_xlabel("optimizer step")
+        ax.set_xlabel("env steps" if to_env_steps is not None else "optimizer step")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def plot_run(run_dir: str | Path, out: str | Path | None = None, title: str | None = None,
+             target: float | None = None) -> Path:  # fmt: skip
+    """Draw the learning curves of the run in ``run_dir`` into ``out`` (default ``curves.png``).
+
+    ``target``: the return to draw as a line (default: the run's ``task.target_return``, see
+    :func:`target_return`). Returns the PNG's path. Raises :class:`BeyondfitError` when there
+    is no metrics file, nothing to plot, or no matplotlib.
+    """
+    run_dir = Path(run_dir)
+    rows = read_metrics(run_dir / "metrics.jsonl")
+    if not panels(rows, terms=True):
+        raise BeyondfitError(f"{str(run_dir)!r} has no logged values to plot yet")
+    fig = curves_figure(rows, title, target if target is not None else target_return(run_dir))
     return save_png(fig, Path(out) if out is not None else run_dir / "curves.png")
 
 
@@ -222,20 +351,24 @@ class CurvesPlot(Callback):
     Args:
         run_dir: the folder holding ``metrics.jsonl`` (the PNG goes beside it).
         title: a title above the panels (the CLI gives the task's name).
+        target: the return to draw as a line on the return panel (default: the run's
+            ``task.target_return``, read from its ``.hydra/config.yaml``; none without one).
     """
 
     rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
 
-    def __init__(self, run_dir: str | Path, title: str | None = None) -> None:
+    def __init__(self, run_dir: str | Path, title: str | None = None,
+                 target: float | None = None) -> None:  # fmt: skip
         require_matplotlib()  # fail before training, not after it
         self.run_dir = Path(run_dir)
         self.title = title
+        self.target = target
         self.path: Path | None = None
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Draw the curves; a failure is reported as one line, not raised."""
         try:
-            self.path = plot_run(self.run_dir, title=self.title)
+            self.path = plot_run(self.run_dir, title=self.title, target=self.target)
         except Exception as exc:  # a report, not the run: never lose the run over it
             reason = str(exc) if isinstance(exc, BeyondfitError) else _error_line(exc)
             log.warning("curves.png not written: %s", reason)
