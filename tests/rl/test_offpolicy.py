@@ -3,9 +3,11 @@ on the command line (end to end, a loss of one's own, play, kill -9 + resume bit
 
 from __future__ import annotations
 
+import copy
 import logging
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -17,7 +19,7 @@ from beyondfit import Engine, Update
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import OffPolicyAgent, VectorizedLinear
+from beyondfit.rl.agents import OffPolicyAgent
 from beyondfit.rl.algorithm import OffPolicyUpdate, Target
 from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
@@ -361,26 +363,6 @@ def test_an_empty_hidden_list_is_a_linear_actor(actor: str) -> None:
     assert agent.critic(obs, torch.zeros(5, 2)).shape == (2, 5)
 
 
-@pytest.mark.parametrize(("n_in", "n_out"), [(3, 256), (256, 1), (8, 5), (9, 4)])
-def test_a_critic_layer_computes_the_same_product_compiled_and_eager(
-        monkeypatch, n_in: int, n_out: int) -> None:  # fmt: skip
-    """Under compilation a critic layer with one output or few inputs writes its product out
-    (BLAS's slow paths for those shapes) and a wider one adds its bias after ``bmm``; eagerly
-    it is ``baddbmm``, bitwise, as before."""
-    layer = VectorizedLinear(n_in, n_out, members=2)
-    x = torch.randn(7, n_in)
-    eager = layer(x)
-    assert torch.equal(eager, torch.baddbmm(layer.bias, x.expand(2, 7, n_in), layer.weight))
-    weight_grad = torch.autograd.grad(eager.square().sum(), layer.weight)[0]
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    written = layer(x)
-    assert written.shape == eager.shape
-    torch.testing.assert_close(written, eager)
-    torch.testing.assert_close(torch.autograd.grad(written.square().sum(), layer.weight)[0],
-                               weight_grad)
-    torch.testing.assert_close(layer(x, members=1), eager[:1])
-
-
 @pytest.mark.e2e
 def test_the_issues_agent_and_replay_settings_on_the_command_line(tmp_path: Path) -> None:
     from kit import cli_batch, one_line_exit_2
@@ -475,15 +457,13 @@ def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
     assert model.log_alpha is None
 
 
-# --------------------------------------------------------------------------- fixed numbers
-def _trained_fingerprint(overrides: list[str]) -> str:
-    """A short hash of every tensor of the model after a tiny run, built as the command line
-    builds it (its builders, the optimizer group), on the CPU."""
-    import hashlib
-
+# ------------------------------------------------- the algorithms' arithmetic, by hand
+def _cli_task(overrides: list[str]) -> tuple[Any, Any]:
+    """A tiny Pendulum task and its config, built as the command line builds them (its
+    builders, the algo and tuned presets, the optimizer group), seeded."""
     from hydra import compose, initialize_config_dir
 
-    from beyondfit.cli.builders import build_optimizer, build_task
+    from beyondfit.cli.builders import build_task
     from beyondfit.cli.run import CONF_DIR
     from beyondfit.core.seeding import seed_everything
 
@@ -493,51 +473,139 @@ def _trained_fingerprint(overrides: list[str]) -> str:
                                            "task.hidden=[16,16]", "task.eval_episodes=1",
                                            *overrides])
     seed_everything(int(cfg.seed))
-    task = build_task(cfg.task, swapped=[])
+    return cfg, build_task(cfg.task, swapped=[])
+
+
+def _trained_by_the_engine(overrides: list[str]) -> tuple[Any, nn.Module, list]:
+    """The config, the model after a tiny run of the engine on the CPU, and what each of its
+    steps was given: the minibatch and the random state the step began with (the collector
+    draws between steps, with the model the engine trains)."""
+    from beyondfit.cli.builders import build_optimizer
+    from beyondfit.rl.replay import ReplayBatch
+
+    cfg, task = _cli_task(overrides)
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu")
+    steps: list[tuple[ReplayBatch, torch.Tensor]] = []
+    train_step = engine.train_step
+
+    def recorded(batch: ReplayBatch) -> bool:
+        steps.append((ReplayBatch(*(x.clone() for x in batch)), torch.get_rng_state()))
+        return train_step(batch)
+
+    engine.train_step = recorded  # type: ignore[method-assign]
     engine.fit(task.train_data, epochs=1, verbose=False)
     task.train_data.close()
     task.val_data.close()
-    digest = hashlib.sha256()
-    for key, value in sorted(engine.state_dict()["model"].items()):
-        if isinstance(value, torch.Tensor):
-            digest.update(key.encode())
-            digest.update(value.detach().contiguous().numpy().tobytes())
-    return digest.hexdigest()[:16]
+    return cfg, engine.model, steps
 
 
-def _cpu() -> tuple[str, str]:
-    """The CPU's vendor and the instruction set torch dispatches to: MKL picks its matrix
-    kernels by both, so the same code rounds differently on an Intel and an AMD core."""
-    vendor = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("vendor_id"):
-                vendor = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return vendor, torch.backends.cpu.get_cpu_capability()
+def _adam(cfg: Any, params: Any) -> torch.optim.Adam:
+    """The optimizer group's Adam (conf/optimizer/adam.yaml), written out."""
+    return torch.optim.Adam(params, lr=float(cfg.optimizer.lr),
+                            weight_decay=float(cfg.optimizer.weight_decay),
+                            fused=bool(cfg.optimizer.fused))
 
 
-#: Fingerprints of three tiny runs, per CPU (torch 2.13, one thread, as the tests run). AMD's
-#: were recorded from the code before the algorithms declared their own updates (PARTS,
-#: actor.every, the shared dict); Intel's from 8eaa725, whose AMD numbers were those.
-FINGERPRINTS = {
-    ("AuthenticAMD", "AVX512"): ("bcd792a5042c1dbe", "afc962c1443893b6", "4c2c106e36a9c026"),
-    ("GenuineIntel", "AVX512"): ("9d70715b32e94f86", "d4c1201f76509ab0", "19e75f394d8fba28"),
-}
+@torch.no_grad()
+def _polyak(target: nn.Module, source: nn.Module, tau: float) -> None:
+    for t, s in zip(target.parameters(), source.parameters(), strict=True):
+        t.lerp_(s, tau)  # t + tau * (s - t)
 
 
-@pytest.mark.parametrize(("overrides", "which"), [
-    (["algo=sac"], 0), (["algo=td3"], 1), (["algo=sac", "task.replay.updates_per_step=2"], 2)])
-def test_sac_and_td3_train_to_the_numbers_they_trained_to_before_the_updates_were_declared(
-        overrides: list[str], which: int) -> None:  # fmt: skip
-    # The declared path computes the very same numbers as the code before it, so the README's
-    # and bench's SAC and TD3 figures still describe this code.
-    if _cpu() not in FINGERPRINTS or not torch.__version__.startswith("2.13"):
-        pytest.skip(f"no fingerprints recorded for {_cpu()} and torch {torch.__version__}")
-    assert _trained_fingerprint(overrides) == FINGERPRINTS[_cpu()][which]
+def _sac_by_hand(cfg: Any, model: OffPolicyAgent, steps: list) -> dict[str, nn.Module]:
+    """SAC as CleanRL's sac_continuous_action.py writes it (SB3's order): on each minibatch
+    the critic, its targets, the actor, then the temperature on the actor's log-probs."""
+    gamma, tau = float(cfg.task.loss.gamma), float(cfg.task.loss.tau)
+    target_entropy = -float(model.act_dim)
+    critic_target = copy.deepcopy(model.critic)
+    q_opt = _adam(cfg, model.critic.parameters())
+    actor_opt = _adam(cfg, model.actor.parameters())
+    alpha_opt = _adam(cfg, [model.log_alpha])
+    for data, rng in steps:
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            next_action, next_log_pi = model.actor.sample(data.next_obs)
+            min_next_q = critic_target(data.next_obs, next_action).min(0).values
+            min_next_q = min_next_q - model.log_alpha.exp() * next_log_pi
+            next_q = data.rewards + gamma * (1.0 - data.terminated) * min_next_q
+        q = model.critic(data.obs, data.actions)
+        q_loss = 0.5 * (q - next_q).pow(2).mean(1).sum()
+        q_opt.zero_grad()
+        q_loss.backward()
+        q_opt.step()
+        _polyak(critic_target, model.critic, tau)
+
+        pi, log_pi = model.actor.sample(data.obs)
+        min_q_pi = model.critic(data.obs, pi).min(0).values
+        actor_loss = (model.log_alpha.detach().exp() * log_pi - min_q_pi).mean()
+        actor_opt.zero_grad()
+        actor_loss.backward()
+        actor_opt.step()
+
+        alpha_loss = -(model.log_alpha * (log_pi.detach() + target_entropy)).mean()
+        alpha_opt.zero_grad()
+        alpha_loss.backward()
+        alpha_opt.step()
+    return {"critic_target": critic_target}
+
+
+def _td3_by_hand(cfg: Any, model: OffPolicyAgent, steps: list) -> dict[str, nn.Module]:
+    """TD3 as SB3 and CleanRL write it: the critic on each minibatch; on every
+    ``policy_delay``-th, the critic's targets, the actor and the actor's targets."""
+    loss = cfg.task.loss
+    gamma, tau, delay = float(loss.gamma), float(loss.tau), int(loss.policy_delay)
+    critic_target, actor_target = copy.deepcopy(model.critic), copy.deepcopy(model.actor)
+    q_opt = _adam(cfg, model.critic.parameters())
+    actor_opt = _adam(cfg, model.actor.parameters())
+    for i, (data, rng) in enumerate(steps, 1):
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            noise = (torch.randn_like(data.actions) * float(loss.policy_noise)).clamp_(
+                -float(loss.noise_clip), float(loss.noise_clip))
+            next_action = (actor_target(data.next_obs) + noise).clamp_(-1.0, 1.0)
+            min_next_q = critic_target(data.next_obs, next_action).min(0).values
+            next_q = data.rewards + gamma * (1.0 - data.terminated) * min_next_q
+        q_loss = (model.critic(data.obs, data.actions) - next_q).pow(2).mean(1).sum()
+        q_opt.zero_grad()
+        q_loss.backward()
+        q_opt.step()
+        if i % delay == 0:
+            _polyak(critic_target, model.critic, tau)
+            actor_loss = -model.critic(data.obs, model.actor(data.obs), members=1).mean()
+            actor_opt.zero_grad()
+            actor_loss.backward()
+            actor_opt.step()
+            _polyak(actor_target, model.actor, tau)
+    return {"critic_target": critic_target, "actor_target": actor_target}
+
+
+def _differing(trained: nn.Module, by_hand: nn.Module, targets: dict[str, nn.Module]) -> list:
+    """The names of the tensors where the engine's model and the hand-written loop's differ."""
+    ours = {k: v for k, v in trained.state_dict().items() if isinstance(v, torch.Tensor)}
+    theirs = {k: v for k, v in by_hand.state_dict().items()
+              if isinstance(v, torch.Tensor) and k.split(".")[0] not in targets}
+    for name, module in targets.items():  # the engine's SlowCopy holds the copy as .module
+        theirs.update({f"{name}.module.{k}": v for k, v in module.state_dict().items()})
+    assert sorted(ours) == sorted(theirs)
+    return [k for k in ours if not torch.equal(ours[k], theirs[k])]
+
+
+@pytest.mark.parametrize(("overrides", "by_hand"), [
+    (["algo=sac"], _sac_by_hand), (["algo=td3"], _td3_by_hand),
+    (["algo=sac", "task.replay.updates_per_step=2"], _sac_by_hand)])
+def test_sac_and_td3_train_bitwise_as_their_hand_written_updates(
+        overrides: list[str], by_hand: Any) -> None:  # fmt: skip
+    # The declared updates compute the very numbers of the algorithm written out in one loop
+    # (order, targets, Polyak, the temperature's log-probs), on any CPU: the engine's model
+    # after a tiny CLI-built run equals, bit for bit, the same initial model trained by hand on
+    # the minibatches the run drew, each from the random state its step began with.
+    cfg, trained, steps = _trained_by_the_engine(overrides)
+    assert len(steps) == 200 * (2 if "task.replay.updates_per_step=2" in overrides else 1)
+    _, task = _cli_task(overrides)  # the same initial model, built again
+    task.train_data.close()
+    task.val_data.close()
+    targets = by_hand(cfg, task.model, steps)
+    assert _differing(trained, task.model, targets) == []
 
 
 def test_sacs_temperature_reads_the_actors_sample_of_the_same_minibatch_or_says_why_not() -> None:
