@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import Engine, Update
@@ -459,8 +460,8 @@ def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
 
 # ------------------------------------------------- the algorithms' arithmetic, by hand
 def _cli_task(overrides: list[str]) -> tuple[Any, Any]:
-    """A tiny Pendulum task and its config, built as the command line builds them (its
-    builders, the algo and tuned presets, the optimizer group), seeded."""
+    """A tiny task (Pendulum unless ``+task=`` says) and its config, built as the command line
+    builds them (its builders, the algo and tuned presets, the optimizer group), seeded."""
     from hydra import compose, initialize_config_dir
 
     from beyondfit.cli.builders import build_task
@@ -468,7 +469,8 @@ def _cli_task(overrides: list[str]) -> tuple[Any, Any]:
     from beyondfit.core.seeding import seed_everything
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("config", overrides=["+task=pendulum", "seed=3", "task.total_env_steps=300",
+        task = [] if any(o.startswith("+task=") for o in overrides) else ["+task=pendulum"]
+        cfg = compose("config", overrides=[*task, "seed=3", "task.total_env_steps=300",
                                            "task.replay.learning_starts=100",
                                            "task.hidden=[16,16]", "task.eval_episodes=1",
                                            *overrides])
@@ -484,7 +486,8 @@ def _trained_by_the_engine(overrides: list[str]) -> tuple[Any, nn.Module, list]:
     from beyondfit.rl.replay import ReplayBatch
 
     cfg, task = _cli_task(overrides)
-    engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu")
+    engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
+                    clip_norm=cfg.engine.clip_norm)
     steps: list[tuple[ReplayBatch, torch.Tensor]] = []
     train_step = engine.train_step
 
@@ -579,6 +582,36 @@ def _td3_by_hand(cfg: Any, model: OffPolicyAgent, steps: list) -> dict[str, nn.M
     return {"critic_target": critic_target, "actor_target": actor_target}
 
 
+def _dqn_by_hand(cfg: Any, model: Any, steps: list) -> dict[str, nn.Module]:
+    """(Double) DQN as SB3 writes it: the Huber TD error against the target network, the
+    gradient's norm clipped (engine.clip_norm, SB3's max_grad_norm), a hard copy into the
+    target every ``target_every`` optimizer steps."""
+    loss = cfg.task.loss
+    gamma, every = float(loss.gamma), int(loss.target_every)
+    assert loss.tau == 1.0 and loss.huber
+    q_target = copy.deepcopy(model.q)
+    q_opt = _adam(cfg, model.q.parameters())
+    for i, (data, rng) in enumerate(steps, 1):
+        torch.set_rng_state(rng)
+        with torch.no_grad():
+            next_q = q_target(data.next_obs)
+            if loss.double:  # the online network picks, the target scores
+                next_q = next_q.gather(1, model.q(data.next_obs).argmax(1, keepdim=True))
+                next_q = next_q.squeeze(1)
+            else:
+                next_q = next_q.max(1).values
+            target = data.rewards + gamma * (1.0 - data.terminated) * next_q
+        taken = model.q(data.obs).gather(1, data.actions.unsqueeze(1)).squeeze(1)
+        q_loss = F.smooth_l1_loss(taken, target)
+        q_opt.zero_grad()
+        q_loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.q.parameters(), float(cfg.engine.clip_norm))
+        q_opt.step()
+        if i % every == 0:
+            q_target.load_state_dict(model.q.state_dict())
+    return {"q_target": q_target}
+
+
 def _differing(trained: nn.Module, by_hand: nn.Module, targets: dict[str, nn.Module]) -> list:
     """The names of the tensors where the engine's model and the hand-written loop's differ."""
     ours = {k: v for k, v in trained.state_dict().items() if isinstance(v, torch.Tensor)}
@@ -590,17 +623,20 @@ def _differing(trained: nn.Module, by_hand: nn.Module, targets: dict[str, nn.Mod
     return [k for k in ours if not torch.equal(ours[k], theirs[k])]
 
 
-@pytest.mark.parametrize(("overrides", "by_hand"), [
-    (["algo=sac"], _sac_by_hand), (["algo=td3"], _td3_by_hand),
-    (["algo=sac", "task.replay.updates_per_step=2"], _sac_by_hand)])
-def test_sac_and_td3_train_bitwise_as_their_hand_written_updates(
-        overrides: list[str], by_hand: Any) -> None:  # fmt: skip
+@pytest.mark.parametrize(("overrides", "by_hand", "updates"), [
+    (["algo=sac"], _sac_by_hand, 200), (["algo=td3"], _td3_by_hand, 200),
+    (["algo=sac", "task.replay.updates_per_step=2"], _sac_by_hand, 400),
+    # CartPole's tuned DQN: Double DQN, 32 updates every 64 env steps, a copy every 32; a
+    # clip_norm that binds (SB3's 10 does not, in so short a run).
+    (["+task=cartpole", "algo=dqn", "engine.clip_norm=0.5"], _dqn_by_hand, 96)])
+def test_sac_td3_and_dqn_train_bitwise_as_their_hand_written_updates(
+        overrides: list[str], by_hand: Any, updates: int) -> None:  # fmt: skip
     # The declared updates compute the very numbers of the algorithm written out in one loop
     # (order, targets, Polyak, the temperature's log-probs), on any CPU: the engine's model
     # after a tiny CLI-built run equals, bit for bit, the same initial model trained by hand on
     # the minibatches the run drew, each from the random state its step began with.
     cfg, trained, steps = _trained_by_the_engine(overrides)
-    assert len(steps) == 200 * (2 if "task.replay.updates_per_step=2" in overrides else 1)
+    assert len(steps) == updates
     _, task = _cli_task(overrides)  # the same initial model, built again
     task.train_data.close()
     task.val_data.close()
