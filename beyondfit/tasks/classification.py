@@ -31,15 +31,13 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.data.bundled import digits
 from beyondfit.data.tables import Table, printable
-from beyondfit.nets import PiecewiseLinear, WideAndDeep, mlp
+from beyondfit.nets import PiecewiseLinear
 from beyondfit.observers.plots import skipped_without_matplotlib
 from beyondfit.tasks.supervised import (
-    auto_batch_size,
-    auto_hidden,
-    check_net_fits,
     prepare_features,
     read_source,
     refuse_missing_target,
+    table_net,
     table_task,
 )
 
@@ -97,22 +95,14 @@ def build(
     y = torch.from_numpy(labels)
     x_train, x_val, y_train, y_val = features.train, features.val, y[train_idx], y[val_idx]
 
-    widths = auto_hidden(hidden, len(x_train))
-    n_in, n_classes = x_train.shape[1], len(classes)
-    check_net_fits([n_in, *widths, n_classes],
-                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
+    n_classes = len(classes)
     check_number("task.bins", bins, integer=True, at_least=2, allow_none=True,
                  example="task.bins=32 (or task.bins=null)")
     check_number("task.label_smoothing", label_smoothing, at_least=0.0, at_most=0.9,
                  example="task.label_smoothing=0.1")
     encoder = None if bins is None else PiecewiseLinear(x_train, int(bins))
-    model: torch.nn.Module
-    if wide:
-        model = WideAndDeep(n_in, widths, n_classes, dropout=dropout, encoder=encoder)
-    else:
-        n_deep = n_in if encoder is None else encoder.n_out
-        deep = mlp([n_deep, *widths, n_classes], dropout=dropout)
-        model = deep if encoder is None else torch.nn.Sequential(encoder, deep)
+    model = table_net(x_train, n_classes, hidden=hidden, batch_size=batch_size,
+                      dropout=dropout, wide=wide, encoder=encoder)
     accuracy = MulticlassAccuracy(num_classes=n_classes, average="micro")
     f1 = MulticlassF1Score(num_classes=n_classes, average="macro")
 

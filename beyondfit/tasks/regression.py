@@ -23,15 +23,12 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.data import split
 from beyondfit.data.bundled import diabetes
 from beyondfit.data.tables import Table
-from beyondfit.nets import WideAndDeep, mlp
 from beyondfit.tasks.supervised import (
     DEFAULT_EARLY_STOPPING,
-    auto_batch_size,
-    auto_hidden,
-    check_net_fits,
     prepare_features,
     read_source,
     refuse_missing_target,
+    table_net,
     table_task,
 )
 
@@ -80,13 +77,10 @@ def build(
     features.extra = {"target": table.target.name, "target_mean": y_mean.tolist(),
                       "target_std": y_std.tolist()}
 
-    widths = auto_hidden(hidden, len(x_train))
-    n_in, n_out = x_train.shape[1], y_train.shape[1]
-    check_net_fits([n_in, *widths, n_out],
-                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
+    model = table_net(x_train, y_train.shape[1], hidden=hidden, batch_size=batch_size,
+                      dropout=dropout, wide=wide)
     start_logs = None
     if wide:
-        model: torch.nn.Module = WideAndDeep(n_in, widths, n_out, dropout=dropout)
         least_squares_init(model.linear, x_train, y_train)
         # The MLP path starts at zero, so the model starts as least squares: early stopping
         # keeps those weights unless an epoch does better on the validation rows.
@@ -95,8 +89,6 @@ def build(
         model.train()
         start_logs = {"val_loss": float(error.mean()),
                       "val_r2": float((1.0 - error / val_variance).mean())}
-    else:
-        model = mlp([n_in, *widths, n_out], dropout=dropout)
 
     def loss_fn(model: torch.nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> Any:
         features, target = batch

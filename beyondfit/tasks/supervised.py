@@ -27,6 +27,7 @@ from beyondfit.core.options import check_number
 from beyondfit.data.batches import TensorBatches
 from beyondfit.data.encoding import FeatureEncoding, fit_encoding
 from beyondfit.data.tables import Column, Table, read_table
+from beyondfit.nets import WideAndDeep, mlp
 from beyondfit.tasks.contract import Task
 
 if TYPE_CHECKING:
@@ -163,6 +164,24 @@ def auto_hidden(hidden: Any, n_train: int) -> list[int]:
         )
     widths = [int(h) for h in hidden]
     return widths
+
+
+def table_net(x_train: torch.Tensor, n_out: int, *, hidden: Any, batch_size: Any,
+              dropout: float, wide: bool, encoder: torch.nn.Module | None = None,
+              ) -> torch.nn.Module:  # fmt: skip
+    """The network both table tasks train on ``x_train``'s inputs: an MLP of ``hidden`` widths
+    (:func:`auto_hidden`) with ``n_out`` outputs, beside a linear path when ``wide``
+    (:class:`~beyondfit.nets.WideAndDeep`); ``encoder`` (a
+    :class:`~beyondfit.nets.PiecewiseLinear`) re-codes the MLP path's inputs. Refused in one
+    line, before anything is built, when it cannot fit in memory (:func:`check_net_fits`)."""
+    widths = auto_hidden(hidden, len(x_train))
+    n_in = x_train.shape[1]
+    check_net_fits([n_in, *widths, n_out],
+                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
+    if wide:
+        return WideAndDeep(n_in, widths, n_out, dropout=dropout, encoder=encoder)
+    deep = mlp([n_in if encoder is None else encoder.n_out, *widths, n_out], dropout=dropout)
+    return deep if encoder is None else torch.nn.Sequential(encoder, deep)
 
 
 def check_net_fits(sizes: Sequence[int], batch_size: int, hidden: Sequence[int],
