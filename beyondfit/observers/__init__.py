@@ -7,7 +7,8 @@ Console lines and the progress bar live with the engine (:mod:`beyondfit.core.co
 
 TensorBoard (:mod:`beyondfit.observers.tensorboard`), plots (:mod:`beyondfit.observers.plots`)
 and the trackers (:mod:`beyondfit.observers.wandb`, :mod:`beyondfit.observers.mlflow`, on
-:mod:`beyondfit.observers.tracking`) are imported on demand: they pull in optional packages.
+:mod:`beyondfit.observers.tracking`) are imported on demand: they pull in heavy packages
+(matplotlib, in the base install) or optional ones (tensorboard, wandb, mlflow).
 
 The names below load on first use (:mod:`beyondfit.core.lazy`), so that the plot command
 (``python -m beyondfit.observers.plots RUN_DIR``) reads ``metrics.jsonl`` and draws without
