@@ -133,6 +133,14 @@ class Strategy:
 
 
 # ----------------------------------------------------------------------------- strategy names
+def strategy_name(strategy: str | None) -> str:
+    """A strategy name checked (``"auto"``, ``"none"`` or ``"ddp"``; ``None`` is ``"auto"``):
+    the one check of ``Engine.strategy``, whichever resolver is in place."""
+    from beyondfit.core.options import check_option
+
+    return "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
+
+
 def _one_process(strategy: str | Strategy | None) -> Strategy:
     """What the core alone makes of a strategy name: one process. Choosing DDP belongs to
     the layer that knows the launches (:mod:`beyondfit.distributed.connector`), which puts
@@ -140,13 +148,12 @@ def _one_process(strategy: str | Strategy | None) -> Strategy:
     if isinstance(strategy, Strategy):
         return strategy
     from beyondfit.core.errors import BeyondfitError
-    from beyondfit.core.options import check_option
 
-    name = "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
+    name = strategy_name(strategy)
     several = os.environ.get("WORLD_SIZE", "1").strip() not in ("", "1")
     if name == "ddp" or (name == "auto" and several):
         raise BeyondfitError(
-            f"strategy={name!r} under a launch of several processes needs "
+            f"the {name!r} strategy under a launch of several processes needs "
             "beyondfit.distributed: import the engine as `from beyondfit import Engine`, or "
             "pass strategy=beyondfit.distributed.DDPStrategy()")
     return Strategy()

@@ -10,8 +10,7 @@ process group already started), and code with no engine at hand asks
 from __future__ import annotations
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.options import check_option
-from beyondfit.core.strategy import Strategy, use_resolver
+from beyondfit.core.strategy import Strategy, strategy_name, use_resolver
 
 #: The single-process strategy.
 _SINGLE = Strategy()
@@ -35,7 +34,7 @@ def resolve_strategy(strategy: str | Strategy | None = "auto") -> Strategy:
     :class:`Strategy` instance is used as it is."""
     if isinstance(strategy, Strategy):
         return strategy
-    name = "auto" if strategy is None else str(check_option("Engine.strategy", strategy))
+    name = strategy_name(strategy)
     from beyondfit.distributed.launch import launch_env, world_size
 
     env = launch_env()

@@ -37,6 +37,6 @@ def test_the_core_resolves_names_to_one_process_and_the_package_to_its_launch() 
                           cwd=ROOT, check=False)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith("core: strategy='ddp' under a launch of several processes "
+    assert lines[0].startswith("core: the 'ddp' strategy under a launch of several processes "
                                "needs beyondfit.distributed")
     assert lines[1] == "resolver: True"
