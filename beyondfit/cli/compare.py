@@ -221,7 +221,10 @@ def _config_seed(path: Path) -> int | None:
             for line in f:
                 found = _SEED_LINE.match(line)
                 if found:
-                    return _plain_int(found.group(1))
+                    seed = _plain_int(found.group(1))
+                    if seed is None:  # a damaged record: said, as an unreadable file is
+                        _warn(path, f"its seed: {found.group(1)[:40]!r} is not a whole number")
+                    return seed
     except (OSError, UnicodeError) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         _warn(path, f"it cannot be read ({reason})")
