@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
@@ -30,7 +30,9 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_learning_rate
 from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update, check_names
-from beyondfit.rl.auxiliary import Auxiliary
+
+if TYPE_CHECKING:
+    from beyondfit.rl.auxiliary import Auxiliary
 
 #: A loss closure: ``loss(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
 Closure = Callable[[nn.Module, Any], Any]
@@ -85,12 +87,10 @@ def engine_updates(model: nn.Module, declared: Any, optimizers: Any = None,
     In the declared order, each trains its part of ``model`` with an optimizer the engine builds
     from the ``optimizer`` group under ``optimizers[name]`` (``task.optimizers``), and its target
     copy follows each of its steps. The parts the agent lacks are built first (``build``), then
-    the targets, before anything draws random numbers: a target starts equal to its part.
-    ``aux`` (``task.aux``, :mod:`beyondfit.rl.auxiliary`): its terms' parts and momentum
-    copies are built after the updates' parts, before their targets; the update that trains
-    the agent's encoder (the first, if none does) minimises its closure plus the terms, over
-    its part and theirs, the copies following its steps. Returns the updates and the
-    attributes added to ``model`` (left out of the saved policy)."""
+    the targets, before anything draws random numbers: a target starts equal to its part;
+    then ``aux``'s terms join the update that trains the encoder
+    (:meth:`~beyondfit.rl.auxiliary.Auxiliary.join`). Returns the updates and the attributes
+    added to ``model`` (left out of the saved policy)."""
     declared = _declared(declared)
     own = _own_settings(optimizers, [u.name for u in declared])
     added: list[str] = []
@@ -103,13 +103,8 @@ def engine_updates(model: nn.Module, declared: Any, optimizers: Any = None,
                     "or give the update a build(model) that makes the part")
             setattr(model, u.trains, u.build(model))
             added.append(u.trains)
-    owner, extra, hooks = -1, [], []
-    if aux is not None:
-        owner = _encoder_owner(model, declared)
-        extra, hooks, built = aux.attach(model)
-        added += built
     updates = []
-    for i, u in enumerate(declared):
+    for u in declared:
         part, follow = getattr(model, u.trains), []
         where = f"task.loss's update {u.name!r}"
         if not isinstance(part, nn.Module | nn.Parameter):
@@ -128,27 +123,11 @@ def engine_updates(model: nn.Module, declared: Any, optimizers: Any = None,
             added.append(u.target.name)
             follow = [target.update]
         params = [part] if isinstance(part, nn.Parameter) else part
-        loss = u.loss
-        if i == owner:  # the auxiliary terms ride on the encoder's optimizer
-            params = [*(params.parameters() if isinstance(params, nn.Module) else params), *extra]
-            loss = aux.wrap(u.loss)
-            follow = [*follow, *hooks]
-        updates.append(Update(u.name, loss, params=params, every=u.every, after_step=follow,
+        updates.append(Update(u.name, u.loss, params=params, every=u.every, after_step=follow,
                               optimizer_options=own.get(u.name)))
+    if aux is not None:
+        added += aux.join(model, [u.trains for u in declared], updates)
     return check_names(updates), added
-
-
-def _encoder_owner(model: nn.Module, declared: list[OffPolicyUpdate]) -> int:
-    """The index of the update whose part holds the agent's encoder (DQN's ``q``, SAC's and
-    TD3's ``critic``); the first when the encoder has no parameters or none holds it."""
-    encoder = getattr(model, "encoder", None)
-    first = next(iter(encoder.parameters()), None) if isinstance(encoder, nn.Module) else None
-    for i, u in enumerate(declared):
-        part = getattr(model, u.trains)
-        if first is not None and isinstance(part, nn.Module) and any(
-                p is first for p in part.parameters()):
-            return i
-    return 0
 
 
 def _declared(declared: Any) -> list[OffPolicyUpdate]:

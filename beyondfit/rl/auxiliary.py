@@ -55,6 +55,7 @@ from torch import nn
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.target import SlowCopy
+from beyondfit.core.update import Update
 from beyondfit.nets import mlp
 from beyondfit.rl.encoders import Pixels, channels_last, is_image
 from beyondfit.rl.replay import ReplayBatch
@@ -215,6 +216,26 @@ class Auxiliary:
                 self.copies.append(copy)
                 added.append(m.name)
         return params, [c.update for c in self.copies], added
+
+    def join(self, model: nn.Module, trains: Sequence[str], updates: list[Update]
+             ) -> list[str]:  # fmt: skip
+        """Put the terms on the off-policy update that trains the agent's encoder (DQN's
+        ``q``, SAC's and TD3's ``critic``; the first when the encoder has no parameters):
+        ``updates[i]`` (training ``model.<trains[i]>``) becomes that update over its part and
+        the terms' parts, minimising :meth:`wrap` of its closure, the momentum copies following
+        its steps. Returns the attributes added to ``model`` (training's alone)."""
+        encoder = getattr(model, "encoder", None)
+        first = next(iter(encoder.parameters()), None) if isinstance(encoder, nn.Module) else None
+        owner = next((i for i, name in enumerate(trains) if first is not None and isinstance(
+            getattr(model, name), nn.Module) and any(
+            p is first for p in getattr(model, name).parameters())), 0)
+        extra, hooks, added = self.attach(model)
+        u, part = updates[owner], getattr(model, trains[owner])
+        params = [part] if isinstance(part, nn.Parameter) else list(part.parameters())
+        updates[owner] = Update(u.name, self.wrap(u.loss_fn), params=[*params, *extra],
+                                every=u.every, after_step=[*u.after_step, *hooks],
+                                optimizer_options=u.optimizer_options)
+        return added
 
     def wrap(self, closure: Closure) -> Closure:
         """The closure that the encoder's optimizer minimises: the RL loss on the (shifted)

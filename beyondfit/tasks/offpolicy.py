@@ -73,27 +73,16 @@ def build(
         loss: the list of :class:`~beyondfit.rl.algorithm.OffPolicyUpdate` a factory such as
             ``sac_loss`` returns (``task.loss``), stepped in the list's order.
         replay: keys of :data:`REPLAY_DEFAULTS`.
-        agent: ``kind`` (a key of :data:`~beyondfit.rl.agents.AGENTS`: ``actor_critic`` for
-            SAC and TD3, ``q`` for DQN) and that class's options (``OffPolicyAgent``:
-            ``actor``, ``hidden``, ``critics``, ``init_alpha``, ...; ``QAgent``: ``hidden``,
-            ``exploration_fraction``, ...).
-        optimizers: one update's own optimizer settings over the ``optimizer`` group's, by
-            update name, e.g. ``{"critic": {"lr": 1e-3}}`` (CleanRL's critic rate).
+        agent: ``kind`` (:data:`~beyondfit.rl.agents.AGENTS`: ``actor_critic`` for SAC and
+            TD3, ``q`` for DQN) and that class's options (``actor``, ``hidden``, ...).
+        optimizers: each update's own settings over the ``optimizer`` group's, by its name.
         total_env_steps: env steps (stored transitions) of the whole run.
         env, wrappers, seed, num_envs, eval_every_env_steps, eval_episodes, target_return,
-            confirm_episodes: as for :func:`beyondfit.tasks.policy_gradient.build`; actions
-            a bounded ``Box`` or ``Discrete``, as the agent takes.
-        gamma, hidden, activation: the task's, which the algo files hand on
-            (``task.loss.gamma: ${task.gamma}``, ``task.agent.hidden``); read there, not here.
-        normalize, log_std_init: policy-gradient settings; ``normalize`` must be off.
-        encoder, env_kwargs: as for :func:`beyondfit.tasks.policy_gradient.build`; the
-            encoder sits inside the Q network (DQN) or the critic (SAC, TD3), whose features
-            the actor reads. ``task.agent.encoder`` overrides ``task.encoder``.
-        vectorization: ``auto`` or ``sync``: the copies are stepped in this process, which an
-            exact resume rebuilds (``async`` is refused in one line).
-        aux, aux_options: auxiliary self-supervised terms on the encoder
-            (:mod:`beyondfit.rl.auxiliary`), summed into the closure of the update that trains
-            the encoder (DQN's ``q``, SAC's and TD3's ``critic``) under its optimizer.
+            confirm_episodes, encoder, env_kwargs, vectorization, aux, aux_options: as for
+            :func:`beyondfit.tasks.policy_gradient.build` (the encoder inside the Q network
+            or the critic; the copies stepped in this process, ``async`` refused).
+        gamma, hidden, activation, normalize, log_std_init: the task's; the algo files hand
+            the first three on (``task.agent.hidden``); ``normalize`` must be off.
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
@@ -103,19 +92,14 @@ def build(
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
     settings = _replay_settings(replay)
-    # Copies a resume can rebuild.
     envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
-                           vectorization=vectorization)
+                           vectorization=vectorization)  # copies a resume can rebuild
     try:
-        model, described = _agent(agent, envs, encoder)
-        auxiliary = resolve_aux(aux, aux_options, envs.single_observation_space,
-                                envs.single_action_space)
+        model, description = _agent(agent, envs, encoder, env, wrappers, env_kwargs)
+        auxiliary = resolve_aux(aux, aux_options, *_spaces(envs))
         updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
-        description = {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
-                       "agent": described, "env_kwargs": dict(env_kwargs or {})}
-        # policy.pt holds the agent alone: the parts the algorithm added (targets) are training's.
         return rl_task(model, updates, data, description, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,
@@ -141,11 +125,17 @@ def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:
     return settings
 
 
-def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any
+def _spaces(envs: Any) -> tuple[Any, Any]:
+    return envs.single_observation_space, envs.single_action_space
+
+
+def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
+           wrappers: Sequence[WrapperFn], env_kwargs: Mapping[str, Any] | None
            ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The agent ``task.agent`` describes (its ``kind``, a key of
     :data:`~beyondfit.rl.agents.AGENTS`, and that class's options; ``encoder`` unless it names
-    its own) for ``envs``' spaces, and that description as plain data (for ``policy.json``)."""
+    its own) for ``envs``' spaces, and what ``policy.json`` says of it and its env as plain
+    data: the agent alone (the parts the algorithm adds, targets, are training's)."""
     options = dict(agent or {})
     options.setdefault("encoder", encoder)
     kind = options.pop("kind", "actor_critic")
@@ -157,7 +147,9 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any
     except TypeError as exc:
         raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
     options["encoder"] = describe_encoder(options["encoder"])
-    return model, _plain({"kind": kind, **options})
+    return model, {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
+                   "agent": _plain({"kind": kind, **options}),
+                   "env_kwargs": dict(env_kwargs or {})}
 
 
 def _plain(value: Any) -> Any:

@@ -159,8 +159,8 @@ def _dqn_engine(aux):
 
 def test_each_term_rides_on_the_encoders_optimizer_and_its_copies_follow_each_step() -> None:
     agent, engine, added = _dqn_engine(["reconstruction", "self_prediction"])
-    assert added == ["decoder", "spr_transition", "spr_projection", "spr_predictor",
-                     "spr_encoder_target", "spr_projection_target", "q_target"]
+    assert added == ["q_target", "decoder", "spr_transition", "spr_projection", "spr_predictor",
+                     "spr_encoder_target", "spr_projection_target"]
     (update,) = engine.updates
     trained = {id(p) for p in update.optimizer.param_groups[0]["params"]}
     for part in ("q", "decoder", "spr_transition", "spr_projection", "spr_predictor"):
