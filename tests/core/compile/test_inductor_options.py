@@ -30,7 +30,7 @@ def test_cpu_graphs_draw_random_numbers_with_torchs_kernels_and_skip_size_checks
 
 
 def test_a_setting_this_torch_lacks_is_not_asked_for(monkeypatch, fresh_probe) -> None:
-    """torch 2.3 (the oldest the package takes) has no ``alignment_asserts``: asking for it
+    """an older torch (2.3) has no ``alignment_asserts``: asking for it
     would fail every compile, and the steps would run eagerly. (That the compiled: line says
     so: tests/core/compile/test_probe.py.)"""
     from torch._inductor import config
