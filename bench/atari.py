@@ -7,12 +7,15 @@
     python bench/atari.py --suite minatar --methods sb3-ppo --seeds 1 2 3   # missing runs, table
     python bench/atari.py --table                            # the tables from the kept files
     python bench/atari.py --suite minatar --table
+    python bench/atari.py --suite minatar-aux    # issue 45: PPO with each auxiliary loss
 
 The smoke checks (``tests/bench/test_atari_bench.py`` runs these lines as typed here, into a
 temporary folder instead of /tmp/pixels):
 
   python bench/atari.py --suite minatar --run sb3-ppo breakout 1 --budget 2048 --results /tmp/pixels
   python bench/atari.py --run sb3-ppo breakout 1 --budget 1024 --results /tmp/pixels
+  python bench/atari.py --suite minatar-aux --budget 2048 --results /tmp/pixels \\
+      --run beyondfit-ppo-self_prediction breakout 1
 
 Every run is a subprocess of this script, timed from the outside: ``os.wait4`` gives the
 child's CPU seconds (user + system, its own waited-for children included) and its peak RSS;
@@ -68,6 +71,13 @@ stride 1)``, ReLU, flatten, ``Linear(1024, 128)``, ReLU) as a ``BaseFeaturesExtr
   eps 0.01, centered), no gradient clipping (SB3's default would clip at 10).
 - ``beyondfit-ppo``, ``beyondfit-dqn``: ``python -m beyondfit +task=minatar algo=ppo|dqn
   task.env=MinAtar/NAME-v1 seed=S task.total_env_steps=B ...``.
+
+**MinAtar-aux suite** (self-supervision inside RL): beyondfit PPO on MinAtar Breakout and
+SpaceInvaders, 500,000 env steps, seeds 1-3, once per ``task.aux`` variant (``none``,
+``shift``, ``reconstruction``, ``self_prediction``: method ``beyondfit-ppo-VARIANT``). Its
+table gives each variant's per-seed returns, their IQM with a 95% bootstrap interval
+(``beyondfit.cli.intervals``, as ``python -m beyondfit.compare`` computes it), the confirming
+greedy evaluation and CPU time against ``none``.
 
 A beyondfit run is read from its run directory: ``metrics.jsonl``'s ``kind: train`` rows
 (``env_steps``; ``episode_return_100`` if the task logs a mean of the last 100 episodes,
@@ -146,7 +156,11 @@ SUITES: dict[str, dict[str, Game]] = {
     "minatar": {"breakout": Game("breakout", "MinAtar/Breakout-v1"),
                 "space_invaders": Game("space_invaders", "MinAtar/SpaceInvaders-v1"),
                 "asterix": Game("asterix", "MinAtar/Asterix-v1")},
+    "minatar-aux": {"breakout": Game("breakout", "MinAtar/Breakout-v1"),
+                    "space_invaders": Game("space_invaders", "MinAtar/SpaceInvaders-v1")},
 }
+#: The auxiliary losses the ``minatar-aux`` suite compares (``task.aux=[NAME]``), none first.
+AUX_VARIANTS = ("none", "shift", "reconstruction", "self_prediction")
 #: suite -> method -> (label, default budget, default seeds, games run by default).
 METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]] = {
     "atari": {
@@ -164,10 +178,16 @@ METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]]
         "beyondfit-dqn": ("beyondfit `+task=minatar algo=dqn`", 500_000, (1, 2),
                           ("breakout", "space_invaders")),
     },
+    "minatar-aux": {
+        f"beyondfit-ppo-{aux}": (f"beyondfit PPO, `task.aux=[{'' if aux == 'none' else aux}]`",
+                                 500_000, (1, 2, 3), ("breakout", "space_invaders"))
+        for aux in AUX_VARIANTS
+    },
 }
-#: The SB3 method each row's CPU time is compared with.
+#: The method each row's CPU time is compared with: SB3's, or in the aux suite no aux.
 BASELINE = {"cleanrl": "sb3-ppo", "sb3-ppo": "sb3-ppo", "beyondfit-ppo": "sb3-ppo",
-            "sb3-dqn": "sb3-dqn", "beyondfit-dqn": "sb3-dqn"}
+            "sb3-dqn": "sb3-dqn", "beyondfit-dqn": "sb3-dqn",
+            **{f"beyondfit-ppo-{aux}": "beyondfit-ppo-none" for aux in AUX_VARIANTS}}
 LAST = 100  # training episodes averaged for a run's return
 CURVE_POINTS = 20
 
@@ -372,11 +392,12 @@ def run_cleanrl(suite: str, method: str, game: Game, seed: int, budget: int, wor
 
 def beyondfit_command(suite: str, method: str, game: Game, seed: int, budget: int,
                       run_dir: Path) -> list[str]:  # fmt: skip
-    """The command line of a beyondfit run."""
-    algo = method.split("-", 1)[1]
-    return [sys.executable, "-m", "beyondfit", f"+task={suite}", f"algo={algo}",
+    """The command line of a beyondfit run (``beyondfit-ALGO`` or ``beyondfit-ALGO-AUX``)."""
+    _, algo, *aux = method.split("-", 2)
+    aux_override = [] if not aux else [f"task.aux=[{'' if aux[0] == 'none' else aux[0]}]"]
+    return [sys.executable, "-m", "beyondfit", f"+task={suite.split('-')[0]}", f"algo={algo}",
             f"task.env={game.env}", f"seed={seed}", f"task.total_env_steps={budget}",
-            "threads=1", "plots=false", f"hydra.run.dir={run_dir}"]
+            *aux_override, "threads=1", "plots=false", f"hydra.run.dir={run_dir}"]
 
 
 def read_beyondfit(run_dir: Path) -> dict:
@@ -429,7 +450,8 @@ def run_beyondfit(suite: str, method: str, game: Game, seed: int, budget: int, w
 
 
 RUNNERS = {"cleanrl": run_cleanrl, "sb3-ppo": run_sb3, "sb3-dqn": run_sb3,
-           "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit}
+           "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit,
+           **{f"beyondfit-ppo-{aux}": run_beyondfit for aux in AUX_VARIANTS}}
 
 
 # ------------------------------------------------------------------------------------- results
@@ -531,13 +553,63 @@ def _cpu_name() -> str:
 
 
 # ---------------------------------------------------------------------------------------- table
-def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
-    """Markdown: one row per (game, method, budget) from the kept files, and the notes."""
+def kept_runs(results: Path, suite: str,
+              seeds: list[int] | None = None) -> dict[tuple[str, str, int], list[dict]]:
+    """The kept result files of ``suite``, by (game, method, budget)."""
     kept: dict[tuple[str, str, int], list[dict]] = {}
     for path in sorted(results.glob(f"{suite}-*.json")):
         r = json.loads(path.read_text())
-        if seeds is None or r["seed"] in seeds:
+        if r["suite"] == suite and (seeds is None or r["seed"] in seeds):
             kept.setdefault((r["game"], r["method"], r["budget"]), []).append(r)
+    return kept
+
+
+def aux_table(results: Path, seeds: list[int] | None = None) -> str:
+    """Markdown for the ``minatar-aux`` suite: per game and auxiliary loss, each seed's
+    last-100 training return and confirming greedy return, the IQM of the seeds' training
+    returns with its 95% bootstrap interval (``beyondfit.cli.intervals.iqm_interval``, what
+    ``python -m beyondfit.compare`` reports), and CPU time against no auxiliary loss."""
+    from beyondfit.cli.intervals import iqm_interval
+
+    kept = kept_runs(results, "minatar-aux", seeds)
+    lines = [f"| game (env steps) | task.aux | seeds | return, last {LAST} training episodes, "
+             "per seed | IQM [95% CI] | greedy (confirming eval), per seed | median CPU s | "
+             "CPU vs none |", "|---|---|---:|---|---|---|---:|---:|"]
+    games, methods = list(SUITES["minatar-aux"]), list(METHODS["minatar-aux"])
+    for (game, method, budget), runs in sorted(
+            kept.items(), key=lambda kv: (games.index(kv[0][0]), kv[0][2],
+                                          methods.index(kv[0][1]))):
+        runs.sort(key=lambda r: r["seed"])
+        rets = [r["return_last100"] for r in runs]
+        finite = [x for x in rets if x is not None]
+        mid, low, high = iqm_interval(finite) if finite else (None, None, None)
+        cpu = statistics.median(r["cpu_seconds"] for r in runs)
+        base = kept.get((game, BASELINE[method], budget))
+        ratio = f"{cpu / statistics.median(r['cpu_seconds'] for r in base):.2f}x" if base else "–"
+        greedy = ", ".join("–" if r["greedy_return"] is None else f"{r['greedy_return']:.2f}"
+                           for r in runs)
+        lines.append(
+            f"| {SUITES['minatar-aux'][game].env} ({budget:,}) | "
+            f"{method.split('-', 2)[2]} | {len(runs)} | "
+            f"{', '.join('–' if x is None else f'{x:.2f}' for x in rets)} | "
+            f"{'–' if mid is None else f'{mid:.2f} [{low:.2f}, {high:.2f}]'} | "
+            f"{greedy} | "
+            f"{cpu:.0f} | {ratio} |")
+    notes = ["", "PPO (`+task=minatar`, the zoo's Atari PPO settings) with each built-in "
+             "auxiliary loss summed into the update that trains the encoder "
+             "(docs/how-to/self-supervision.md). PPO, not DQN: a PPO run here takes minutes, a "
+             "DQN run updating every env step about half an hour, so the 24 runs fit one "
+             "session. Return: mean raw score of the last 100 training episodes; greedy: "
+             "the run's confirming evaluation (`result.json`, 20 episodes). IQM over the "
+             "seeds with the exact bootstrap interval (with 3 runs the IQM is their mean)."]
+    return "\n".join(lines + notes) + "\n"
+
+
+def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
+    """Markdown: one row per (game, method, budget) from the kept files, and the notes."""
+    if suite == "minatar-aux":
+        return aux_table(results, seeds)
+    kept = kept_runs(results, suite, seeds)
     lines = [f"| game (env steps) | method | seeds | return, last {LAST} training episodes, per "
              "seed | mean | median CPU s | CPU vs SB3 | env steps / CPU s | peak RSS MiB | "
              "median wall s |",

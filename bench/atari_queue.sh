@@ -2,6 +2,8 @@
 # bench/atari.py's long runs, strictly one at a time (the machine's other core is for others).
 #   nohup setsid bash bench/atari_queue.sh > /work/bench_logs/atari_queue.log 2>&1 &
 #   DRY_RUN=1 bash bench/atari_queue.sh     # the runs it would start, one a line
+# Run a copy (cp bench/atari_queue.sh /tmp/q.sh; bash /tmp/q.sh): bash reads a script as it
+# runs, so editing the file under a running queue derails it.
 # Each line is one run; a run whose result file exists is skipped, so the queue resumes.
 # Logs and scratch go to WORK (outside the repo); results to bench/results/pixels/.
 # PEERS=0 leaves the peers' runs out, OURS=0 beyondfit's (two queues may run side by side).
@@ -16,10 +18,10 @@ if [ "${PEERS:-1}" != 0 ]; then
   run --suite minatar --run sb3-ppo breakout 1
   run --run cleanrl breakout 1
   run --run sb3-ppo breakout 1
-  run --run cleanrl breakout 2
   for game in breakout space_invaders asterix; do
     for seed in 1 2 3; do run --suite minatar --run sb3-ppo "$game" "$seed"; done
   done
+  run --run cleanrl breakout 2
   for game in breakout space_invaders; do
     for seed in 1 2; do run --suite minatar --run sb3-dqn "$game" "$seed"; done
   done
@@ -31,6 +33,13 @@ if [ "${OURS:-1}" != 0 ]; then
     for seed in 1 2 3; do run --suite minatar --run beyondfit-ppo "$game" "$seed"; done
   done
   run --run beyondfit-ppo breakout 2
+  for seed in 1 2 3; do  # issue 45: PPO with and without each auxiliary loss
+    for game in breakout space_invaders; do
+      for aux in none shift reconstruction self_prediction; do
+        run --suite minatar-aux --run "beyondfit-ppo-$aux" "$game" "$seed"
+      done
+    done
+  done
   for game in breakout space_invaders; do
     for seed in 1 2; do run --suite minatar --run beyondfit-dqn "$game" "$seed"; done
   done
@@ -38,4 +47,5 @@ fi
 [ -n "${DRY_RUN:-}" ] && exit 0
 python bench/atari.py --table > /dev/null
 python bench/atari.py --suite minatar --table > /dev/null
+python bench/atari.py --suite minatar-aux --table > /dev/null
 echo "$(date '+%F %T') queue done"

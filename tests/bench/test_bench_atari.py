@@ -31,8 +31,10 @@ def atari():
 
 
 def smoke_lines(module) -> list[str]:
-    """The docstring's smoke command lines (those writing into /tmp/pixels), as typed."""
-    return [line.strip() for line in module.__doc__.splitlines()
+    """The docstring's smoke command lines (those writing into /tmp/pixels), as typed (a
+    line ending in a backslash continues on the next, as in a shell)."""
+    text = module.__doc__.replace("\\\n", " ")
+    return [" ".join(line.split()) for line in text.splitlines()
             if line.strip().startswith("python bench/atari.py") and "/tmp/pixels" in line]
 
 
@@ -47,7 +49,8 @@ def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp
     pytest.importorskip("ale_py" if suite == "atari" else "minatar")
     if suite == "atari":
         pytest.importorskip("cv2")  # AtariWrapper's frame resizing
-    (line,) = [c for c in smoke_lines(atari) if ("--suite minatar" in c) == (suite == "minatar")]
+    (line,) = [c for c in smoke_lines(atari) if "sb3-ppo" in c
+               and ("--suite minatar " in c) == (suite == "minatar")]
     argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
     argv = [sys.executable if a == "python" else a for a in argv]
     argv += ["--work", str(tmp_path / "work")]
@@ -66,6 +69,27 @@ def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "running" not in again.stderr
     assert json.loads(path.read_text()) == result
+
+
+def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, tmp_path):
+    pytest.importorskip("minatar")
+    (line,) = [c for c in smoke_lines(atari) if "--suite minatar-aux" in c]
+    argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
+    argv = [sys.executable if a == "python" else a for a in argv]
+    argv += ["--work", str(tmp_path / "work")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (tmp_path / "pixels").glob("minatar-aux-beyondfit-ppo-self_prediction-*.json")
+    result = json.loads(path.read_text())
+    assert "task.aux=[self_prediction]" in result["command"] and result["env_steps"] >= 2048
+    run_dir = tmp_path / "work" / path.stem / "run"
+    logged = (run_dir / "metrics.jsonl").read_text()
+    assert '"aux/self_prediction"' in logged  # the auxiliary term was trained and logged
+    table = (tmp_path / "pixels" / "minatar-aux.md").read_text()
+    row = next(r for r in table.splitlines() if r.startswith("| MinAtar/Breakout-v1"))
+    assert "| self_prediction | 1 |" in row and f"{result['return_last100']:.2f}" in row
+    # the minatar suite's table does not take the aux suite's files
+    assert "aux" not in atari.table(tmp_path / "pixels", "minatar")
 
 
 def test_cleanrl_stdout_reader(atari):
