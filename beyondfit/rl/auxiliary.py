@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_type_hints
 
 import gymnasium as gym
 import numpy as np
@@ -115,20 +115,17 @@ class Shift:
     m: int = 2
 
 
-class ShiftedReplayBatch(NamedTuple):
-    """A :class:`~beyondfit.rl.replay.ReplayBatch` as ``shift`` hands it on: ``obs`` and
-    ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)`` and
-    ``next_views`` ``(k * B, ...)`` hold all of them, view-major (``dqn_loss`` averages over
+# Built from ReplayBatch's fields, not a second list of them: a loss that does not know the
+# views reads it as the replay batch it extends.
+ShiftedReplayBatch = NamedTuple("ShiftedReplayBatch", [
+    *get_type_hints(ReplayBatch).items(),
+    ("obs_views", torch.Tensor),
+    ("next_views", torch.Tensor),
+])
+ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.ReplayBatch` as ``shift`` hands
+    it on: ``obs`` and ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)``
+    and ``next_views`` ``(k * B, ...)`` hold all of them, view-major (``dqn_loss`` averages over
     them; a loss that does not know them reads the first)."""
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    rewards: torch.Tensor
-    next_obs: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-    obs_views: torch.Tensor
-    next_views: torch.Tensor
 
 
 def random_shift(obs: torch.Tensor, pad: int = 4) -> torch.Tensor:
@@ -158,8 +155,8 @@ def shifted(batch: Any, shift: Shift) -> Any:
         n = batch.obs.shape[0]
         obs_views = random_shift(_repeat(batch.obs, shift.m), shift.pad)
         next_views = random_shift(_repeat(next_obs, shift.k), shift.pad)
-        return ShiftedReplayBatch(obs_views[:n], batch.actions, batch.rewards, next_views[:n],
-                                  batch.terminated, batch.truncated, obs_views, next_views)
+        first = batch._replace(obs=obs_views[:n], next_obs=next_views[:n])
+        return ShiftedReplayBatch(*first, obs_views=obs_views, next_views=next_views)
     changes = {"obs": random_shift(batch.obs, shift.pad)}
     if next_obs is not None:
         changes["next_obs"] = random_shift(next_obs, shift.pad)

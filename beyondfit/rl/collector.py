@@ -18,7 +18,7 @@ still useful: the value computed at ``t + 1`` is exactly the bootstrap a truncat
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_type_hints
 
 import numpy as np
 import torch
@@ -71,9 +71,17 @@ class RolloutBatch(NamedTuple):
     returns: torch.Tensor
 
 
-class RolloutTransitions(NamedTuple):
-    """A :class:`RolloutBatch` (the same fields, the same values) with what a self-supervised
-    term on the encoder reads besides (the collector's ``transitions=True``).
+# Built from RolloutBatch's fields, not a second list of them: the collector makes one from a
+# batch (``RolloutTransitions(*batch, next_obs=...)``), so the two can never drift apart.
+RolloutTransitions = NamedTuple("RolloutTransitions", [
+    *get_type_hints(RolloutBatch).items(),
+    ("next_obs", torch.Tensor),
+    ("terminated", torch.Tensor),
+    ("truncated", torch.Tensor),
+])
+RolloutTransitions.__doc__ = """A :class:`RolloutBatch` (the same fields, the same values) with
+    what a self-supervised term on the encoder reads besides (the collector's
+    ``transitions=True``).
 
     Attributes:
         obs, actions, old_log_prob, old_values, advantages, returns: as :class:`RolloutBatch`.
@@ -83,16 +91,6 @@ class RolloutTransitions(NamedTuple):
         terminated: ``(B,)`` float32, 1.0 where the episode ended for good at this step.
         truncated: ``(B,)`` float32, 1.0 where a time limit cut the episode at this step.
     """
-
-    obs: torch.Tensor
-    actions: torch.Tensor
-    old_log_prob: torch.Tensor | None
-    old_values: torch.Tensor | None
-    advantages: torch.Tensor
-    returns: torch.Tensor
-    next_obs: torch.Tensor
-    terminated: torch.Tensor
-    truncated: torch.Tensor
 
 
 class RolloutCollector(EnvCollector):
