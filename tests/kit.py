@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import Callback, Engine, TensorBatches
@@ -295,6 +296,19 @@ def mse(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Ten
     """The plainest loss closure: mean squared error of ``model(x)`` against ``y``, in fp32."""
     x, y = batch
     return ((model(x).float() - y) ** 2).mean()
+
+
+def gan_d_loss(model: nn.Module, batch: tuple[torch.Tensor, torch.Tensor]
+               ) -> dict[str, torch.Tensor]:  # fmt: skip
+    """A GAN's discriminator loss for a model with a generator ``g`` and a discriminator ``d``
+    over ``(real, z)`` batches: real against the generator's detached fakes, logging the mean
+    probability ``d`` gives the real rows."""
+    real, z = batch
+    fake = model.g(z).detach()
+    real_logit, fake_logit = model.d(real), model.d(fake)
+    loss = (F.binary_cross_entropy_with_logits(real_logit, torch.ones_like(real_logit))
+            + F.binary_cross_entropy_with_logits(fake_logit, torch.zeros_like(fake_logit)))
+    return {"loss": loss, "real": torch.sigmoid(real_logit).mean()}
 
 
 def mlp(d_in: int = 4, hidden: int = 16, *, act: type[nn.Module] = nn.ReLU,

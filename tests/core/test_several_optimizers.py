@@ -14,6 +14,8 @@ from torch import nn
 
 from beyondfit import BeyondfitError, Engine, Update
 
+from kit import gan_d_loss
+
 D_IN, Z = 2, 3
 
 
@@ -33,15 +35,6 @@ def batches(n: int = 12, size: int = 16, seed: int = 0) -> list[tuple[torch.Tens
             for _ in range(n)]
 
 
-def d_loss(model: Pair, batch: tuple[torch.Tensor, torch.Tensor]) -> dict[str, torch.Tensor]:
-    real, z = batch
-    fake = model.g(z).detach()
-    real_logit, fake_logit = model.d(real), model.d(fake)
-    loss = (F.binary_cross_entropy_with_logits(real_logit, torch.ones_like(real_logit))
-            + F.binary_cross_entropy_with_logits(fake_logit, torch.zeros_like(fake_logit)))
-    return {"loss": loss, "real": torch.sigmoid(real_logit).mean()}
-
-
 def g_loss(model: Pair, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
     _, z = batch
     logit = model.d(model.g(z))
@@ -51,7 +44,7 @@ def g_loss(model: Pair, batch: tuple[torch.Tensor, torch.Tensor]) -> torch.Tenso
 def gan_engine(every_g: int = 1, seed: int = 0, **options) -> Engine:
     model = Pair(seed)
     return Engine(model, [
-        Update("d", d_loss, torch.optim.Adam(model.d.parameters(), 1e-3)),
+        Update("d", gan_d_loss, torch.optim.Adam(model.d.parameters(), 1e-3)),
         Update("g", g_loss, torch.optim.Adam(model.g.parameters(), 1e-3), every=every_g),
     ], device="cpu", log_every=1, **options)
 
@@ -63,7 +56,7 @@ def plain_loop(data, every_g: int = 1, seed: int = 0) -> Pair:
     opt_g = torch.optim.Adam(model.g.parameters(), 1e-3)
     for i, batch in enumerate(data):
         opt_d.zero_grad()
-        d_loss(model, batch)["loss"].backward()
+        gan_d_loss(model, batch)["loss"].backward()
         opt_d.step()
         if (i + 1) % every_g == 0:
             opt_g.zero_grad()
@@ -94,7 +87,7 @@ def test_the_generator_backward_leaves_no_gradient_in_the_discriminator() -> Non
 
     def probe(model, batch):
         seen["d_grads"] = [p.grad for p in model.d.parameters()]
-        return d_loss(model, batch)
+        return gan_d_loss(model, batch)
 
     engine.updates[0].loss_fn = probe
     engine.fit(batches(n=3), epochs=1, verbose=False)
@@ -114,7 +107,7 @@ def test_each_optimizer_has_its_own_clipping_and_scheduler() -> None:
     opt_d = torch.optim.SGD(model.d.parameters(), 0.1)
     opt_g = torch.optim.SGD(model.g.parameters(), 0.1)
     engine = Engine(model, [
-        Update("d", d_loss, opt_d, clip_norm=1e-3),
+        Update("d", gan_d_loss, opt_d, clip_norm=1e-3),
         Update("g", g_loss, opt_g, scheduler=torch.optim.lr_scheduler.StepLR(opt_g, 2, 0.5)),
     ], device="cpu")
     before = [p.detach().clone() for p in model.d.parameters()]
@@ -145,7 +138,7 @@ def test_checkpoint_of_other_optimizers_is_a_clear_error(tmp_path) -> None:
     engine.fit(batches(n=2), epochs=1, verbose=False)
     engine.save(tmp_path / "gan.pt")
     model = Pair()
-    single = Engine(model, d_loss, torch.optim.Adam(model.parameters()), device="cpu")
+    single = Engine(model, gan_d_loss, torch.optim.Adam(model.parameters()), device="cpu")
     with pytest.raises(BeyondfitError, match=r"holds optimizers \['d', 'g'\] but this engine"):
         single.load(tmp_path / "gan.pt")
 
@@ -195,7 +188,7 @@ def test_two_engines_sharing_a_module_behave_as_the_standard_algorithm(caplog) -
     # The trap of issue 13: G's engine backpropagates through D and leaves gradients there.
     data = batches(n=6)
     model = Pair()
-    engine_d = Engine(model, d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), device="cpu")
+    engine_d = Engine(model, gan_d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), device="cpu")
     engine_g = Engine(model, g_loss, torch.optim.Adam(model.g.parameters(), 1e-3), device="cpu")
     with caplog.at_level(logging.WARNING):
         for batch in data:
@@ -208,21 +201,21 @@ def test_two_engines_sharing_a_module_behave_as_the_standard_algorithm(caplog) -
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda m: [Update("a", d_loss, torch.optim.SGD(m.parameters(), 0.1)),
+        (lambda m: [Update("a", gan_d_loss, torch.optim.SGD(m.parameters(), 0.1)),
                     Update("b", g_loss, torch.optim.SGD(m.g.parameters(), 0.1))],
          "in both optimizers 'a' and 'b'"),
-        (lambda m: [Update("a", d_loss, torch.optim.SGD(m.d.parameters(), 0.1)),
+        (lambda m: [Update("a", gan_d_loss, torch.optim.SGD(m.d.parameters(), 0.1)),
                     Update("a", g_loss, torch.optim.SGD(m.g.parameters(), 0.1))],
          "must be distinct"),
-        (lambda m: [Update("a", d_loss, lambda params: torch.optim.SGD(params, 0.1)),
+        (lambda m: [Update("a", gan_d_loss, lambda params: torch.optim.SGD(params, 0.1)),
                     Update("b", g_loss, torch.optim.SGD(m.g.parameters(), 0.1))],
          "give it the parameters"),
-        (lambda m: [Update("d", d_loss, torch.optim.SGD(m.d.parameters(), 0.1)),
+        (lambda m: [Update("d", gan_d_loss, torch.optim.SGD(m.d.parameters(), 0.1)),
                     Update("g", g_loss, torch.optim.SGD(m.g.parameters(), 0.1),
                            scheduler=torch.optim.lr_scheduler.StepLR(
                                torch.optim.SGD(m.d.parameters(), 0.1), 2))],
          r"Update 'g': its scheduler \(StepLR\) steps another optimizer"),
-        (lambda m: [Update("d", d_loss, torch.optim.SGD(m.d.parameters(), 0.1),
+        (lambda m: [Update("d", gan_d_loss, torch.optim.SGD(m.d.parameters(), 0.1),
                            scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(
                                torch.optim.SGD(m.g.parameters(), 0.1), 2))],
          r"Update 'd': its scheduler \(StepLR\) steps another optimizer"),
@@ -243,11 +236,11 @@ def test_a_scheduler_of_another_optimizer_is_refused_in_one_line() -> None:
                       torch.optim.lr_scheduler.ReduceLROnPlateau(other)):
         with pytest.raises(BeyondfitError, match=r"^scheduler= \(\w+\) steps another optimizer "
                            r"than the engine's; build it over that optimizer") as info:
-            Engine(model, d_loss, torch.optim.SGD(model.parameters(), 0.1),
+            Engine(model, gan_d_loss, torch.optim.SGD(model.parameters(), 0.1),
                    scheduler=scheduler, device="cpu")
         assert "\n" not in str(info.value)
     # A factory told the run's length (built by fit) is held to the same rule.
-    engine = Engine(model, d_loss, torch.optim.SGD(model.parameters(), 0.1), device="cpu",
+    engine = Engine(model, gan_d_loss, torch.optim.SGD(model.parameters(), 0.1), device="cpu",
                     scheduler=lambda opt, total_steps: cosine(other, total_steps=total_steps))
     with pytest.raises(BeyondfitError, match="steps another optimizer"):
         engine.fit(batches(n=2), epochs=1, verbose=False)
@@ -256,7 +249,7 @@ def test_a_scheduler_of_another_optimizer_is_refused_in_one_line() -> None:
 def test_engine_level_options_are_the_updates_defaults_and_single_names_explain() -> None:
     model = Pair()
     own = torch.optim.SGD(model.d.parameters(), 0.1)
-    updates = [Update("d", d_loss, own, clip_norm=5.0),
+    updates = [Update("d", gan_d_loss, own, clip_norm=5.0),
                Update("g", g_loss, params=model.g, optimizer_options={"lr": 0.5})]
     engine = Engine(model, updates, lambda params, lr=0.1: torch.optim.SGD(params, lr),
                     clip_norm=1.0, clip_value=2.0, device="cpu")
@@ -275,20 +268,21 @@ def test_a_built_optimizer_is_not_shared_and_an_update_without_one_says_so() -> 
     model = Pair()
     with pytest.raises(BeyondfitError, match=r"give each Update its own optimizer, or the Engine "
                                              r"a callable.*SGD"):
-        Engine(model, [Update("d", d_loss, params=model.d), Update("g", g_loss, params=model.g)],
+        Engine(model, [Update("d", gan_d_loss, params=model.d),
+                       Update("g", g_loss, params=model.g)],
                torch.optim.SGD(model.parameters(), 0.1), device="cpu")
     with pytest.raises(BeyondfitError, match="Update 'g' has no optimizer: give it one"):
-        Engine(model, [Update("d", d_loss, torch.optim.SGD(model.d.parameters(), 0.1)),
+        Engine(model, [Update("d", gan_d_loss, torch.optim.SGD(model.d.parameters(), 0.1)),
                        Update("g", g_loss, params=model.g)], device="cpu")
     with pytest.raises(BeyondfitError, match="optimizer_options need an optimizer factory"):
-        Engine(model, [Update("d", d_loss, torch.optim.SGD(model.d.parameters(), 0.1),
+        Engine(model, [Update("d", gan_d_loss, torch.optim.SGD(model.d.parameters(), 0.1),
                               optimizer_options={"lr": 1.0})], device="cpu")
 
 
 def test_an_update_over_a_factory_and_a_module_builds_its_optimizer() -> None:
     model = Pair()
     engine = Engine(model, [
-        Update("d", d_loss, lambda params: torch.optim.SGD(params, 0.1), params=model.d),
+        Update("d", gan_d_loss, lambda params: torch.optim.SGD(params, 0.1), params=model.d),
         Update("g", g_loss, lambda params: torch.optim.SGD(params, 0.1), params=model.g),
     ], device="cpu")
     assert {id(p) for p in engine.updates[0].params} == {id(p) for p in model.d.parameters()}

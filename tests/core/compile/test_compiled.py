@@ -24,7 +24,7 @@ from beyondfit.core.schedules import cosine
 from beyondfit.core.target import SlowCopy
 from beyondfit.distributed import DistributedModel, shutdown
 
-from kit import ROOT, cli, mse, rows, sum_data
+from kit import ROOT, cli, gan_d_loss, mse, rows, sum_data
 
 
 def _model(seed: int = 0) -> nn.Module:
@@ -224,15 +224,6 @@ class _Pair(nn.Module):
         self.d_slow = SlowCopy(self.d, rate=0.1)
 
 
-def _d_loss(model, batch):
-    real, z = batch
-    fake = model.g(z).detach()
-    real_logit, fake_logit = model.d(real), model.d(fake)
-    loss = (F.binary_cross_entropy_with_logits(real_logit, torch.ones_like(real_logit))
-            + F.binary_cross_entropy_with_logits(fake_logit, torch.zeros_like(fake_logit)))
-    return {"loss": loss, "real": torch.sigmoid(real_logit).mean()}
-
-
 def _g_loss(model, batch):
     _, z = batch
     logit = model.d_slow(model.g(z))  # through the target network: a submodule call
@@ -242,7 +233,7 @@ def _g_loss(model, batch):
 def _gan(compile, every_g=2, precision="32", nan_batch=None):
     model = _Pair()
     engine = Engine(model, [
-        Update("d", _d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), clip_norm=1.0,
+        Update("d", gan_d_loss, torch.optim.Adam(model.d.parameters(), 1e-3), clip_norm=1.0,
                after_step=[model.d_slow.update]),
         Update("g", _g_loss, torch.optim.Adam(model.g.parameters(), 1e-3), every=every_g),
     ], device="cpu", compile=compile, precision=precision, log_every=1,
