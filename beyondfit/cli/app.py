@@ -35,7 +35,7 @@ from beyondfit.cli.choices import (
     user_config_dirs,
 )
 from beyondfit.cli.configs import CONF_DIR
-from beyondfit.cli.fastpath import compose_once
+from beyondfit.cli.fastpath import compose_once, groups_listed_once
 from beyondfit.cli.interpolation import check_interpolations
 from beyondfit.cli.jobs import end_jobs, end_sweep, job_failed, share_job
 from beyondfit.cli.rundir import RunDirRefused, os_error_line
@@ -445,7 +445,8 @@ def _main() -> None:
             shutdown()
             leave_process(0)
     try:
-        with compose_once(sys.argv[1:], user_config_dirs(sys.argv[1:])):
+        with (compose_once(sys.argv[1:], user_config_dirs(sys.argv[1:])),
+              groups_listed_once(sys.argv[1:])):
             run_hydra(_app)
     except SystemExit as exc:
         # Hydra reports its own config errors (bad override, unknown key) with status 1.

@@ -1,8 +1,9 @@
 """Start-up: what the command line loads before it answers, and what waits for the end.
 
-``--help`` and a mistake's one line must not wait for torch (1-2 s to import); a single run
-composes its config once; the plot command draws without torch. Times themselves are
-``bench/startup.py``'s, never asserted.
+``--help`` and a mistake's one line must not wait for torch (1-2 s to import); ``--help``
+builds one repository of the search path for its list of config groups, and says what Hydra
+itself says, from the files as they are now; a single run composes its config once; the plot
+command draws without torch. Times themselves are ``bench/startup.py``'s, never asserted.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from beyondfit.cli.fastpath import mode_is_known
+from beyondfit.cli.fastpath import groups_listed_once, mode_is_known
 
 from kit import ROOT, cli
 
@@ -32,11 +33,18 @@ def torch_modules(names: set[str]) -> list[str]:
     return sorted(n for n in names if n == "torch" or n.startswith("torch."))
 
 
+def heavy_modules(names: set[str]) -> list[str]:
+    """torch's and matplotlib's modules among ``names`` (seconds of CPU between them)."""
+    return sorted(n for n in names if n.split(".")[0] in ("torch", "matplotlib"))
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize(
     ("args", "status", "says"),
     [
         (("--help",), 0, "== Tasks and option groups =="),
+        (("+task=cartpole", "algo=sac", "--help"), 0, "task: acrobot, atari"),
+        (("--hydra-help",), 0, "Hydra (1."),
         (("+task=nope",), 2, "beyondfit: error: unknown task 'nope'"),
         (("+task=regression", "train.epochs=abc"), 2, "beyondfit: error: train.epochs="),
         (("+task=regression", "trian.epochs=3"), 2, "did you mean train?"),
@@ -44,13 +52,142 @@ def torch_modules(names: set[str]) -> list[str]:
         (("+task=regression", "+debug=nope"), 2, "unknown debug 'nope'; available: anomaly, fast"),
     ],
 )
-def test_help_and_mistakes_answer_without_importing_torch(tmp_path, args, status, says):
+def test_help_and_mistakes_answer_without_importing_torch_or_matplotlib(
+    tmp_path, args, status, says
+):
     done, names = imported_modules(*args, cwd=tmp_path)
     assert done.returncode == status, done.stderr[-2000:]
     assert says in done.stdout + done.stderr
     assert "beyondfit.cli.app" in names  # the probe saw the command line's imports
-    assert torch_modules(names) == []
+    assert heavy_modules(names) == []
     assert not (tmp_path / "outputs").exists()  # and no run directory was made
+
+
+# Hydra's own help: the app run by Hydra alone, without the command line's shortcuts around it.
+HYDRA_ALONE = """
+import sys
+import beyondfit.__main__
+sys.argv = [beyondfit.__main__.__file__, *sys.argv[1:]]  # as under python -m beyondfit
+from beyondfit.cli.app import _app
+_app()
+"""
+
+
+def user_config_dir(root: Path) -> Path:
+    """A user's config directory: a task, a group of its own (one option a folder down) and
+    an optimizer."""
+    conf = root / "conf"
+    for name, text in {
+        "task/mine.yaml": "_target_: mymod.build\nwidth: 8\n",
+        "mygroup/first.yaml": "# @package _global_\nseed: 1\n",
+        "mygroup/deeper/second.yaml": "# @package _global_\nseed: 2\n",
+        "optimizer/mine.yaml": "_target_: torch.optim.SGD\n_partial_: true\nlr: 0.5\n",
+    }.items():
+        (conf / name).parent.mkdir(parents=True, exist_ok=True)
+        (conf / name).write_text(text)
+    (root / "more" / "extra").mkdir(parents=True)
+    (root / "more" / "extra" / "one.yaml").write_text("# @package _global_\nthreads: 3\n")
+    return conf
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("-h",),
+        ("+task=cartpole", "algo=sac", "optimizer=sgd", "--help"),
+        ("+task=regression", "--help", "--resolve"),
+        ("--hydra-help",),
+        ("--config-dir", "conf", "--help"),
+        ("--config-dir=conf", "+task=mine", "optimizer=mine", "+mygroup=first", "--help"),
+        ("--config-dir", "conf", "hydra.searchpath=[file://more]", "+extra=one", "--help"),
+    ],
+)
+def test_help_is_hydras_own_help_word_for_word(tmp_path, args):
+    """Every config group and its options (shipped, the user's, a folder down), the composed
+    config: what Hydra alone prints, character for character."""
+    user_config_dir(tmp_path)
+    ours = cli(*args, cwd=tmp_path)
+    hydras = cli(*args, cwd=tmp_path, exe=(sys.executable, "-c", HYDRA_ALONE))
+    assert ours.returncode == hydras.returncode == 0, ours.stderr[-2000:] + hydras.stderr[-2000:]
+    assert ours.stdout == hydras.stdout
+    if "--config-dir" in " ".join(args):
+        assert "mygroup: first" in ours.stdout and "mygroup/deeper: second" in ours.stdout
+        assert "task: acrobot, atari" in ours.stdout and ", mine, " in ours.stdout
+
+
+@pytest.mark.e2e
+def test_help_shows_a_config_file_added_or_changed_at_once(tmp_path):
+    conf = user_config_dir(tmp_path)
+
+    def helped(*args: str) -> str:
+        done = cli("--config-dir", "conf", *args, "--help", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    assert "mygroup: first\n" in helped()
+    (conf / "mygroup" / "third.yaml").write_text("value: 3\n")
+    (conf / "newgroup").mkdir()
+    (conf / "newgroup" / "only.yaml").write_text("value: 4\n")
+    listed = helped()
+    assert "mygroup: first, third\n" in listed and "newgroup: only\n" in listed
+    (conf / "mygroup" / "first.yaml").unlink()
+    assert "mygroup: third\n" in helped()
+    assert "lr: 0.5\n" in helped("optimizer=mine")
+    (conf / "optimizer" / "mine.yaml").write_text(
+        "_target_: torch.optim.SGD\n_partial_: true\nlr: 0.25\nmomentum: 0.9\n")
+    changed = helped("optimizer=mine")
+    assert "lr: 0.25\n" in changed and "momentum: 0.9\n" in changed
+
+
+@pytest.mark.e2e
+def test_help_builds_one_repository_for_its_list_of_groups(tmp_path):
+    """Hydra alone builds a repository of the search path (a deep copy of every source) per
+    question about a group, 109 for the shipped tree; the command line builds one for the
+    composition and one for the whole list, and leaves Hydra's loader as it found it."""
+    probe = textwrap.dedent(
+        """
+        import sys
+        import hydra._internal.config_repository as repository
+        from hydra._internal.config_loader_impl import ConfigLoaderImpl
+        built = []
+        original = repository.CachingConfigRepository.__init__
+        def counted(self, *args, **kwargs):
+            built.append(1)
+            original(self, *args, **kwargs)
+        repository.CachingConfigRepository.__init__ = counted
+        before = ConfigLoaderImpl.get_group_options
+        sys.argv = ["beyondfit", *sys.argv[1:]]
+        from beyondfit.cli.app import main
+        try:
+            main()
+        finally:  # Hydra exits after its help
+            print("BUILT", len(built), ConfigLoaderImpl.get_group_options is before,
+                  file=sys.stderr)
+        """
+    )
+    user_config_dir(tmp_path)
+    done = cli("--config-dir", "conf", "+task=mine", "--help", cwd=tmp_path,
+               exe=(sys.executable, "-c", probe))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "BUILT 2 True" in done.stderr
+    assert "mygroup/deeper: second" in done.stdout
+
+
+def test_groups_are_listed_once_only_within_a_help_and_hydra_is_put_back():
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    original = ConfigLoaderImpl.get_group_options
+    with groups_listed_once(["+task=regression", "seed=1"]):
+        assert ConfigLoaderImpl.get_group_options is original  # a run: Hydra's own
+    for flag in ("--help", "-h", "--hydra-help"):
+        with groups_listed_once(["+task=regression", flag]):
+            assert ConfigLoaderImpl.get_group_options is not original
+        assert ConfigLoaderImpl.get_group_options is original
+    with pytest.raises(RuntimeError), groups_listed_once(["--help"]):
+        raise RuntimeError("a failed help")
+    assert ConfigLoaderImpl.get_group_options is original
 
 
 @pytest.mark.e2e
