@@ -108,7 +108,8 @@ def test_overhead_command_line(overhead, capsys):
 def _startup_smoke(only: str) -> dict:
     startup = _load("startup")
     results = startup.main(["--repeats", "1", "--warmup", "0", "--only", only])
-    assert set(results) == {"raw", *only.split(",")}
+    commands = {"help", "mistake"} & set(only.split(","))
+    assert set(results) == {"raw", *only.split(","), *(["import_torch"] if commands else [])}
     for samples in results.values():
         assert samples.wall[0] > 0 and samples.cpu[0] > 0
         assert samples.exit[0] >= samples.wall[0]
@@ -123,6 +124,8 @@ def test_startup_cli_reaches_its_first_step_and_help_and_a_mistake_exit():
     """The README's table as typed, on one round: the CLI row and the two commands."""
     results = _startup_smoke("cli,help,mistake")
     assert results["help"].exit_cpu[0] > 0 and results["mistake"].exit[0] > 0
+    # --help is read against import torch measured in the same round
+    assert results["help"].torch_ratio[0] > 0 and results["mistake"].torch_ratio[0] > 0
 
 
 @pytest.mark.slow
