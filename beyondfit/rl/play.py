@@ -100,6 +100,7 @@ def build_policy(meta: dict, env: gym.Env, allow_import: Iterable[str] = ()) -> 
     return ActorCritic(env.observation_space, env.action_space, hidden=tuple(meta["hidden"]),
                        activation=meta["activation"], log_std_init=meta["log_std_init"],
                        value_head=meta.get("critic", True), normalizer=normalizer,
+                       critic_hidden=meta.get("critic_hidden"),
                        encoder=encoder_factory(meta.get("encoder", "auto"), "encoder",
                                                "the policy file", allow_import))
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.nets import mlp
+from beyondfit.nets import INITS, mlp
 from beyondfit.rl.encoders import make_encoder
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
@@ -40,6 +40,15 @@ def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: 
         )
 
 
+def _layer_sizes(key: str, sizes: Any) -> tuple[int, ...]:
+    """``sizes`` as a tuple of positive layer widths, or one line naming ``task.KEY``."""
+    if isinstance(sizes, str) or not isinstance(sizes, Sequence) or not all(
+            isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in sizes):
+        raise BeyondfitError(f"task.{key}={sizes!r}: give a list of positive layer sizes, e.g. "
+                             "[256, 256]")
+    return tuple(sizes)
+
+
 class ActorCritic(nn.Module):
     """An actor (action distribution) and an optional critic (state value): two heads over one
     encoder.
@@ -53,11 +62,18 @@ class ActorCritic(nn.Module):
         observation_space: a ``Box``: a vector (flattened) or images.
         action_space: ``Discrete`` -> categorical policy, ``Box`` -> diagonal Gaussian with a
             learned, state-independent log standard deviation.
-        hidden: hidden layer sizes of both MLPs.
+        hidden: hidden layer sizes of the actor's MLP (and of the critic's, unless
+            ``critic_hidden`` is given).
         value_head: build the critic (the built-in losses use it as baseline or for GAE; a loss
             that needs no values runs without one, and the collector then computes none).
         log_std_init: initial log standard deviation of the Gaussian policy.
         activation: hidden activation, ``"relu"`` or ``"tanh"``.
+        critic_hidden: hidden layer sizes of the critic's MLP (SB3's ``net_arch=dict(pi=...,
+            vf=...)``); ``None``: ``hidden``.
+        init: how the heads' linear layers start: ``"orthogonal"`` (CleanRL's ``layer_init``:
+            gain sqrt(2) in hidden layers, 0.01 on the actor's last, 1 on the critic's, zero
+            biases) or ``"default"`` (torch's own, as SB3's ``ortho_init=False`` leaves them).
+            The encoder (a CNN) initializes itself either way.
         normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
             Normalizer`): every method that takes observations takes raw ones and normalizes
             them with its (saved, frozen outside collection) statistics (flat observations).
@@ -76,6 +92,8 @@ class ActorCritic(nn.Module):
         activation: str = "tanh",
         normalizer: nn.Module | None = None,
         encoder: Any = "auto",
+        critic_hidden: Sequence[int] | None = None,
+        init: str = "orthogonal",
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -94,10 +112,14 @@ class ActorCritic(nn.Module):
             raise BeyondfitError(
                 f"unknown task.activation={activation!r}; choose one of relu, tanh"
             )
-        self.actor = mlp([obs_dim, *hidden, out_dim], activation, init="orthogonal", out_gain=0.01)
-        self.critic = (
-            mlp([obs_dim, *hidden, 1], activation, init="orthogonal") if value_head else None
-        )
+        if init not in INITS:
+            raise BeyondfitError(f"unknown task.init={init!r}; choose one of {', '.join(INITS)}")
+        hidden = _layer_sizes("hidden", hidden)
+        critic_hidden = hidden if critic_hidden is None else _layer_sizes("critic_hidden",
+                                                                          critic_hidden)
+        self.actor = mlp([obs_dim, *hidden, out_dim], activation, init=init, out_gain=0.01)
+        self.critic = mlp([obs_dim, *critic_hidden, 1], activation, init=init) if value_head \
+            else None
         self.normalizer = normalizer
         self._spaces = f"{observation_space} -> {action_space}"
 

@@ -25,7 +25,7 @@ from beyondfit.core.errors import BeyondfitError
 
 #: The architecture keys the gym task writes (policy_gradient.build's ``architecture``).
 KEYS = ("env", "hidden", "activation", "log_std_init", "critic", "wrappers", "normalizer",
-        "encoder", "env_kwargs")
+        "encoder", "env_kwargs", "critic_hidden")
 #: ``activation`` values :class:`~beyondfit.rl.policies.ActorCritic` builds.
 ACTIVATIONS = ("relu", "tanh")
 #: :class:`~beyondfit.rl.normalization.Normalizer` options and their checks.
@@ -123,10 +123,13 @@ def check_policy(meta: Any, source: str, allowed: Iterable[str] = ()) -> dict[st
             check_literal(meta.get(key), key, source)
     _check_env(meta, source, allowed, bad)
     encoder_factory(meta.get("encoder", "auto"), "encoder", source, allowed, check_only=True)
-    hidden = meta["hidden"]
-    if (not isinstance(hidden, list | tuple) or len(hidden) > _MAX_LAYERS
-            or not all(type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden)):
-        raise bad("hidden", f"a list of at most {_MAX_LAYERS} positive layer sizes")
+    for key in ("hidden", "critic_hidden"):  # critic_hidden: null (the actor's sizes) too
+        hidden = meta.get(key)
+        if key == "critic_hidden" and hidden is None:
+            continue
+        if (not isinstance(hidden, list | tuple) or len(hidden) > _MAX_LAYERS
+                or not all(type(h) is int and 0 < h <= _MAX_WIDTH for h in hidden)):
+            raise bad(key, f"a list of at most {_MAX_LAYERS} positive layer sizes")
     if meta["activation"] not in ACTIVATIONS:
         raise bad("activation", f"one of {', '.join(ACTIVATIONS)}")
     log_std = meta["log_std_init"]

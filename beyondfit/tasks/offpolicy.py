@@ -66,6 +66,8 @@ def build(
     vectorization: str = "auto",
     aux: Sequence[Any] = (),
     aux_options: Mapping[str, Any] | None = None,
+    critic_hidden: Any = None,
+    init: Any = None,
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
@@ -83,6 +85,9 @@ def build(
             or the critic; the copies stepped in this process, ``async`` refused).
         gamma, hidden, activation, normalize, log_std_init: the task's; the algo files hand
             the first three on (``task.agent.hidden``); ``normalize`` must be off.
+        critic_hidden, init: the policy-gradient policy's (``conf/base/rl.yaml``); here they
+            must stay ``None``: the agent's critic sizes are ``task.agent.critic_hidden``, and
+            its layers start from torch's initialization.
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
@@ -91,6 +96,15 @@ def build(
     if normalize:
         raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
                              "available to the off-policy algorithms; set task.normalize=null")
+    if critic_hidden is not None:
+        sizes = list(critic_hidden) if isinstance(critic_hidden, Sequence) else critic_hidden
+        raise BeyondfitError(f"task.critic_hidden={sizes} sizes the policy-gradient critic; an "
+                             "off-policy agent's critics are sized by task.agent.critic_hidden: "
+                             f"write +task.agent.critic_hidden={sizes} instead")
+    if init not in (None, "default"):
+        raise BeyondfitError(f"task.init={init!r} is for the policy-gradient policy; the "
+                             "off-policy agents start from torch's initialization: set "
+                             "task.init=null")
     settings = _replay_settings(replay)
     envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
                            vectorization=vectorization)  # copies a resume can rebuild

@@ -70,6 +70,8 @@ def build(
     vectorization: str = "auto",
     aux: Sequence[Any] = (),
     aux_options: Mapping[str, Any] | None = None,
+    critic_hidden: Sequence[int] | None = None,
+    init: str | None = "orthogonal",
 ) -> Task:
     """Build the RL task: policy, rollout collector, the given loss closure, greedy evaluator.
 
@@ -94,6 +96,11 @@ def build(
             advantages. ``False`` for a loss that needs no values: the advantages are then the
             discounted returns.
         hidden, activation, log_std_init: policy architecture (see :class:`ActorCritic`).
+        critic_hidden: the critic's hidden sizes when they differ from the actor's (SB3's
+            ``net_arch=dict(pi=..., vf=...)``); ``None``: ``hidden``.
+        init: how the policy's MLP layers start: ``orthogonal`` (CleanRL's ``layer_init``) or
+            ``default`` (torch's, SB3's ``ortho_init=False``); ``None``: orthogonal (the
+            config's ``null``, "the algorithm's own").
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
         eval_episodes: greedy episodes per evaluation.
         confirm_episodes: fresh greedy episodes of the confirming evaluation
@@ -156,9 +163,11 @@ def build(
         obs_size = int(np.prod(envs.single_observation_space.shape))
         normalizer = normalizer_options(normalize, obs_size, gamma)
         policy = ActorCritic(envs.single_observation_space, envs.single_action_space,
-                             hidden=tuple(hidden), value_head=bool(critic),
+                             hidden=hidden, value_head=bool(critic),
                              log_std_init=log_std_init, activation=activation,
-                             normalizer=normalizer, encoder=encoder)
+                             normalizer=normalizer, encoder=encoder,
+                             critic_hidden=critic_hidden,
+                             init="orthogonal" if init is None else init)
         auxiliary = resolve_aux(aux, aux_options, envs.single_observation_space,
                                 envs.single_action_space)
         loss_fn: Any = loss
@@ -177,7 +186,9 @@ def build(
             stop_epochs=getattr(loss, "stop_epochs", None), transitions=auxiliary is not None,
         )
         rollouts_between_evals = max(1, round(eval_every_env_steps / data.env_steps_per_rollout))
-        architecture = {"env": env, "hidden": list(hidden), "activation": activation,
+        architecture = {"env": env, "hidden": list(hidden),
+                        "critic_hidden": None if critic_hidden is None else list(critic_hidden),
+                        "activation": activation,
                         "log_std_init": log_std_init, "critic": bool(critic),
                         "wrappers": describe_wrappers(wrappers),
                         "normalizer": None if normalizer is None else normalizer.describe(),
