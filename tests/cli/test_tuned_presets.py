@@ -4,9 +4,11 @@ algorithm yaml of one's own ran 100,000 env steps on the generic defaults with n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from kit import cli, one_line_exit_2
@@ -102,3 +104,146 @@ def test_borrowing_with_a_plus_says_to_drop_it(own: Path) -> None:
     done = cli("--config-dir", "conf", "+task=cartpole", "algo=cql_min",
                "+experiment/tuned@_global_=cartpole_dqn", cwd=own)
     one_line_exit_2(done, "override it without the +: experiment/tuned@_global_=cartpole_dqn")
+
+
+# --------------------------------------------------------------------------- PPO on MuJoCo
+# RL-Zoo's MuJoCo entries as beyondfit presets (issue 47): halfcheetah_ppo.yaml (HalfCheetah's
+# preset) and zoo_hopper_ppo.yaml (borrowed; Hopper keeps CleanRL's settings, hopper_ppo.yaml).
+ROOT = Path(__file__).resolve().parents[2]
+try:  # at collection: MuJoCo's first import starts a process (glfw's version probe)
+    import mujoco
+except ImportError:
+    mujoco = None
+needs_mujoco = pytest.mark.skipif(mujoco is None,
+                                  reason='the mujoco extra: pip install -e ".[mujoco]"')
+ZOO_PRESETS = {"HalfCheetah-v5": ("halfcheetah", []),
+               "Hopper-v5": ("hopper", ["experiment/tuned@_global_=zoo_hopper_ppo"])}
+
+
+def zoo_hyperparams(env_id: str) -> tuple[int, dict, bool]:
+    """What bench/pg_tasks.py runs SB3 with: the zoo's entry, the one source of its values."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("bench_pg_tasks", ROOT / "bench" / "pg_tasks.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module.zoo_hyperparams(env_id)
+
+
+@needs_mujoco
+@pytest.mark.parametrize("env_id", sorted(ZOO_PRESETS))
+def test_the_zoo_presets_carry_rl_zoos_entries_into_the_built_task(env_id: str) -> None:
+    from hydra import compose, initialize_config_dir
+    from torch import nn
+
+    from beyondfit.cli.run import CONF_DIR, build_optimizer, build_task
+
+    task, overrides = ZOO_PRESETS[env_id]
+    n_envs, zoo, normalize = zoo_hyperparams(env_id)
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"+task={task}", *overrides])
+    t, kwargs = cfg.task, zoo["policy_kwargs"]
+    assert (t.num_envs, t.normalize) == (n_envs, normalize)
+    assert (t.gamma, t.collector.gae_lambda) == (zoo["gamma"], zoo["gae_lambda"])
+    assert (t.collector.rollout_steps, t.collector.epochs) == (zoo["n_steps"], zoo["n_epochs"])
+    assert t.collector.rollout_steps * n_envs // t.collector.minibatches == zoo["batch_size"]
+    assert (t.loss.clip_coef, t.loss.ent_coef) == (zoo["clip_range"], zoo["ent_coef"])
+    # SB3's value loss is the mean squared error, ours half of it: twice the coefficient.
+    assert t.loss.vf_coef == pytest.approx(2 * zoo["vf_coef"], abs=1e-9)
+    assert (cfg.optimizer.lr, cfg.optimizer.eps) == (zoo["learning_rate"], 1e-5)
+    assert cfg.engine.clip_norm == zoo["max_grad_norm"]
+    assert all(v is None for v in t.anneal.values())  # the zoo's constants: no lin_ schedule
+    assert (list(t.hidden), list(t.critic_hidden)) == (kwargs["net_arch"]["pi"],
+                                                        kwargs["net_arch"]["vf"])
+    assert t.activation == "relu" and kwargs["activation_fn"] is nn.ReLU
+    assert (t.log_std_init, t.init, kwargs["ortho_init"]) == (kwargs["log_std_init"], "default",
+                                                              False)
+    built = build_task(t)  # and the policy, collector and optimizer they build
+    try:
+        policy, obs = built.model, built.model.encoder.features
+        assert torch.equal(policy.log_std.detach(), torch.full_like(policy.log_std, -2.0))
+        actor = [m for m in policy.actor.modules() if isinstance(m, nn.Linear)]
+        critic = [m for m in policy.critic.modules() if isinstance(m, nn.Linear)]
+        assert [m.in_features for m in actor] == [obs, 256, 256]
+        assert [(m.in_features, m.out_features) for m in critic] == [(obs, 256), (256, 256),
+                                                                     (256, 1)]
+        assert all(bool(m.bias.ne(0).all()) for m in actor + critic)  # torch's init, not zeros
+        optimizer = build_optimizer(cfg.optimizer)(list(policy.parameters()))
+        assert optimizer.defaults["eps"] == 1e-5 and optimizer.defaults["lr"] == zoo[
+            "learning_rate"]
+        assert built.train_data.minibatches * zoo["batch_size"] == zoo["n_steps"] * n_envs
+        assert policy.normalizer is not None and policy.normalizer.gamma == zoo["gamma"]
+    finally:
+        built.train_data.close()
+        built.val_data.close()
+
+
+def test_hopper_keeps_cleanrls_mujoco_settings() -> None:
+    """hopper_ppo.yaml's choice (seed 0: 3,303 against SB3's 1,003 with the zoo's entry)."""
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR
+
+    with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["+task=hopper"])
+    assert cfg.task.collector.rollout_steps == 2048 and cfg.task.anneal.lr == 0.0
+    assert cfg.task.init is None and cfg.task.critic_hidden is None  # the algorithm's own
+
+
+@pytest.mark.runs("conf/experiment/tuned/halfcheetah_ppo.yaml",
+                  "conf/experiment/tuned/zoo_hopper_ppo.yaml")
+@pytest.mark.e2e
+@needs_mujoco
+@pytest.mark.parametrize("env_id", sorted(ZOO_PRESETS))
+def test_the_zoo_presets_run_with_debug_fast(tmp_path: Path, env_id: str) -> None:
+    task, overrides = ZOO_PRESETS[env_id]
+    done = cli(f"+task={task}", *overrides, "+debug=fast", "hydra.run.dir=run", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    preset = overrides[0].split("=")[1] if overrides else f"{task}_ppo"
+    assert first_line(done.stdout) == (f"tuned settings: experiment/tuned/{preset}.yaml "
+                                       f"({task}, algo=ppo)")
+    assert "debug: resumed from the step-1 checkpoint and trained to step 2" in done.stdout
+    policy = json.loads((tmp_path / "run" / "policy.json").read_text())
+    assert policy["hidden"] == policy["critic_hidden"] == [256, 256]
+    assert policy["log_std_init"] == -2.0 and policy["activation"] == "relu"
+
+
+# A task of one's own that takes SB3's policy shape: the options are the task's, from
+# conf/base/rl.yaml, so a user's task file sets them as the shipped presets do.
+OWN_TASK = """# @package _global_
+defaults:
+  - pendulum
+  - _self_
+
+task:
+  total_env_steps: 4096
+  hidden: [32]
+  critic_hidden: [16, 16]
+  activation: relu
+  log_std_init: -1.0
+  init: default
+"""
+
+
+@pytest.mark.e2e
+def test_a_task_of_ones_own_takes_the_policy_options(tmp_path: Path) -> None:
+    from beyondfit.core.state.serialization import safe_load
+
+    (tmp_path / "conf" / "task").mkdir(parents=True)
+    (tmp_path / "conf" / "task" / "mine.yaml").write_text(OWN_TASK)
+    done = cli("--config-dir", "conf", "+task=mine", "+debug=fast", "hydra.run.dir=run",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    saved = safe_load(tmp_path / "run" / "policy.pt")
+    weights, meta = saved["model"], saved["policy"]
+    assert (meta["hidden"], meta["critic_hidden"]) == ([32], [16, 16])
+    assert weights["actor.0.weight"].shape == (32, 3) and weights["actor.2.weight"].shape == (1, 32)
+    assert [weights[f"critic.{i}.weight"].shape for i in (0, 2, 4)] == [(16, 3), (16, 16), (1, 16)]
+    # Two small Adam steps from -1.0; torch's init of the action layer (uniform within
+    # 1/sqrt(32)), not orthogonal's gain of 0.01.
+    assert torch.allclose(weights["log_std"], torch.full((1,), -1.0), atol=0.05)
+    assert float(weights["actor.2.weight"].abs().max()) > 0.05
+    played = cli("run", "--episodes", "1", module="beyondfit.play", cwd=tmp_path)
+    assert played.returncode == 0, played.stderr[-2000:]

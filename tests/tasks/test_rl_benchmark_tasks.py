@@ -29,19 +29,20 @@ def cli(*args: str, cwd: Path, module: str = "beyondfit") -> subprocess.Complete
                           text=True, timeout=3600)
 
 
-@pytest.mark.parametrize(("task", "overrides"), [
+@pytest.mark.parametrize(("task", "overrides", "annealed"), [
     ("lunarlander", ["task.num_envs=4", "task.collector.rollout_steps=128",
-                     "task.collector.minibatches=4", "task.collector.epochs=2"]),
+                     "task.collector.minibatches=4", "task.collector.epochs=2"], True),
     ("hopper", ["task.collector.rollout_steps=256", "task.collector.minibatches=4",
-                "task.collector.epochs=2"]),
+                "task.collector.epochs=2"], True),
+    # RL-Zoo's HalfCheetah entry: a constant learning rate
     ("halfcheetah", ["task.collector.rollout_steps=256", "task.collector.minibatches=4",
-                     "task.collector.epochs=2"]),
+                     "task.collector.epochs=2"], False),
 ])
-def test_shipped_config_trains_with_normalization_and_annealing(task, overrides):
+def test_shipped_config_trains_with_normalization_and_annealing(task, overrides, annealed):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
         cfg = compose("config", [f"+task={task}", "task.total_env_steps=1024",
                                  "task.eval_episodes=2", *overrides])
-    assert cfg.task.normalize is True and cfg.task.anneal.lr == 0.0
+    assert cfg.task.normalize is True and cfg.task.anneal.lr == (0.0 if annealed else None)
     seed_everything(0)
     built = build_task(cfg.task)
     engine = Engine(built.model, built.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
@@ -53,8 +54,10 @@ def test_shipped_config_trains_with_normalization_and_annealing(task, overrides)
     moments = built.model.normalizer.obs.moments
     assert float(moments[0]) > 256  # rollouts folded into the observation statistics
     assert float(built.model.normalizer.returns.moments[0]) > 256
-    # Annealed towards 0 over the budget: the last rollout trains well below the start.
-    assert engine.optimizer.param_groups[0]["lr"] < 0.9 * lrs[0]
+    if annealed:  # towards 0 over the budget: the last rollout trains well below the start
+        assert engine.optimizer.param_groups[0]["lr"] < 0.9 * lrs[0]
+    else:
+        assert engine.optimizer.param_groups[0]["lr"] == lrs[0]
     assert history[-1]["env_steps"] == 1024 and "val_return" in history[-1]
     built.train_data.close()
     built.val_data.close()
@@ -87,7 +90,8 @@ def test_readme_lunarlander_command_solves_it(tmp_path):
 
 @pytest.mark.e2e
 @pytest.mark.slow
-@pytest.mark.parametrize("task", ["hopper", "halfcheetah"])  # seed 0: 3,303 and 1,514
+# seed 0: Hopper 3,303; HalfCheetah 1,514 on CleanRL's settings, before its RL-Zoo preset
+@pytest.mark.parametrize("task", ["hopper", "halfcheetah"])
 def test_readme_mujoco_commands_learn_to_move(tmp_path, task):
     done = cli(f"+task={task}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
