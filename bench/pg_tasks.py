@@ -4,6 +4,13 @@
     python bench/pg_tasks.py --only sb3 --worker 0/2  # one of two background workers (SB3 only)
     python bench/pg_tasks.py --table                # the table from the stored results alone
     python bench/pg_tasks.py --mujoco-budget 1000000  # the 1M-step MuJoCo table (hours here)
+    python bench/pg_tasks.py --tasks hopper,halfcheetah --seed-list 1 2 3   # unseen seeds only
+
+Seed 0 is the tuning seed (the presets were chosen on it); ``--seed-list`` runs and tabulates
+the seeds it names instead of ``0..--seeds-1``. The smoke check (``tests/bench/
+test_bench_smoke.py`` runs it as typed here, into a temporary folder instead of /tmp/pg):
+
+    python bench/pg_tasks.py --tasks hopper --seed-list 1 --mujoco-budget 2048 --results /tmp/pg
 
 Protocol (the same for both methods): a greedy evaluation is the mean return of 20 episodes on
 20 separate env copies (seed ``seed + 10_000``), each taking the most likely action; SB3 with
@@ -38,6 +45,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,7 +196,9 @@ def run_sb3(bench: Bench, seed: int) -> dict:
     eval_envs.close()
     return {"solved_at": callback.solved_at, "final_return": callback.history[-1][1],
             "env_steps": steps, "wall_seconds": wall, "cpu_seconds": cpu,
-            "evaluations": callback.history}
+            "evaluations": callback.history,
+            "settings": {"n_envs": n_envs, "normalize": normalize,
+                         **json.loads(json.dumps(hyper, default=repr))}}
 
 
 # ------------------------------------------------------------------------------------- beyondfit
@@ -198,7 +208,7 @@ def compose(task: str, overrides: list[str]):
     from hydra import initialize_config_dir
 
     with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose("config", [f"+task={task}", *overrides])
+        return hydra_compose("config", [f"+task={task}", *overrides], return_hydra_config=True)
 
 
 def run_beyondfit(bench: Bench, seed: int, overrides: tuple[str, ...] = ()) -> dict:
@@ -215,6 +225,11 @@ def run_beyondfit(bench: Bench, seed: int, overrides: tuple[str, ...] = ()) -> d
              f"task.eval_every_env_steps={bench.eval_every or bench.budget}",
              "task.confirm_episodes=0", *overrides]
     cfg = compose(bench.task, extra)
+    # What the run trained with, kept in its result file: a file made under another preset
+    # (seed 0's HalfCheetah, before its zoo preset) says so.
+    settings = {"tuned": cfg.hydra.runtime.choices.get("experiment/tuned@_global_"),
+                **{k: OmegaConf.to_container(cfg[k], resolve=True)
+                   for k in ("task", "optimizer", "engine")}}
     seed_everything(seed)
     built = build_task(cfg.task)
     evaluator, collector = built.val_data, built.train_data
@@ -241,7 +256,8 @@ def run_beyondfit(bench: Bench, seed: int, overrides: tuple[str, ...] = ()) -> d
     collector.close()
     evaluator.close()
     return {"solved_at": solved, "final_return": final, "env_steps": collector.env_steps,
-            "wall_seconds": wall, "cpu_seconds": cpu, "evaluations": history}
+            "wall_seconds": wall, "cpu_seconds": cpu, "evaluations": history,
+            "settings": settings}
 
 
 # -------------------------------------------------------------------------------- results files
@@ -271,10 +287,16 @@ def run_missing(results: Path, jobs: list[tuple[str, Bench, int]]) -> None:
               f"{out['solved_at']}, {out['cpu_seconds']:.0f} CPU s", file=sys.stderr, flush=True)
 
 
-def load(results: Path, method: str, bench: Bench, seeds: int) -> list[dict]:
-    """The stored results of ``method`` on ``bench`` for seeds 0..seeds-1 that exist."""
+def seed_list(seeds: int | Sequence[int]) -> list[int]:
+    """``seeds`` as a list: a count ``N`` is seeds ``0..N-1``."""
+    return list(range(seeds)) if isinstance(seeds, int) else list(seeds)
+
+
+def load(results: Path, method: str, bench: Bench, seeds: int | Sequence[int]) -> list[dict]:
+    """The stored results of ``method`` on ``bench`` for the seeds (a count ``N``: 0..N-1)
+    that exist, in the seeds' order."""
     out = []
-    for seed in range(seeds):
+    for seed in seed_list(seeds):
         path = result_path(results, method, bench, seed)
         if path.exists():
             out.append(json.loads(path.read_text()))
@@ -282,8 +304,9 @@ def load(results: Path, method: str, bench: Bench, seeds: int) -> list[dict]:
 
 
 # --------------------------------------------------------------------------------------- tables
-def table(results: Path, all_benches: dict[str, Bench], seeds: int) -> str:
-    """Markdown: one row per (env, method) with medians over the stored seeds."""
+def table(results: Path, all_benches: dict[str, Bench], seeds: int | Sequence[int]) -> str:
+    """Markdown: one row per (env, method) with medians over the stored runs of ``seeds``
+    (a count ``N``: 0..N-1)."""
     lines = ["| env (budget) | method | seeds | median final greedy return | per seed | "
              "median env steps to solve | solved | median train CPU s | CPU s vs SB3 | "
              "env steps / CPU s | median wall s |",
@@ -317,7 +340,10 @@ def table(results: Path, all_benches: dict[str, Bench], seeds: int) -> str:
 def main() -> None:
     """Parse options, run what is missing, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3)
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1")
+    seeds.add_argument("--seed-list", type=int, nargs="+", metavar="SEED",
+                       help="these seeds instead (the unseen ones: 1 2 3; 0 is the tuning seed)")
     parser.add_argument("--tasks", default="lunarlander,hopper,halfcheetah")
     parser.add_argument("--only", choices=("beyondfit", "sb3"), default=None)
     parser.add_argument("--worker", default="0/1", help="K/N: run every N-th job from the K-th")
@@ -331,12 +357,15 @@ def main() -> None:
     gym.logger.min_level = 40
     all_benches = benches(args.mujoco_budget, args.eval_every)
     chosen = {k: all_benches[k] for k in args.tasks.split(",")}
+    seeds = args.seed_list if args.seed_list is not None else seed_list(args.seeds)
+    if len(set(seeds)) != len(seeds) or min(seeds) < 0:
+        parser.error(f"--seed-list {' '.join(map(str, seeds))}: give distinct seeds >= 0")
     if not args.table:
         methods = [args.only] if args.only else ["beyondfit", "sb3"]
-        jobs = [(m, b, s) for s in range(args.seeds) for b in chosen.values() for m in methods]
+        jobs = [(m, b, s) for s in seeds for b in chosen.values() for m in methods]
         k, n = (int(x) for x in args.worker.split("/"))
         run_missing(args.results, jobs[k::n])
-    print(table(args.results, chosen, args.seeds))
+    print(table(args.results, chosen, seeds))
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ Nothing here looks at a timing: the benchmarks report times, tests only check co
 from __future__ import annotations
 
 import importlib.util
+import json
+import shlex
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -197,6 +200,32 @@ def test_pg_tasks_bench_runs_both_methods_and_tabulates_stored_results(tmp_path)
     pg.run_missing(tmp_path, [("beyondfit", bench, 0), ("sb3", bench, 0)])
     text = pg.table(tmp_path, {"hopper": bench}, seeds=1)
     assert "beyondfit `+task=hopper`" in text and "SB3 PPO (RL-Zoo)" in text
+
+
+def test_pg_tasks_docstring_smoke_line_runs_the_listed_seeds_once(tmp_path):
+    """The docstring's smoke line, as typed (into a temporary folder instead of /tmp/pg):
+    ``--seed-list`` runs and tabulates exactly the seeds it names, each result file records
+    what the run trained with, and a second call runs nothing (the queue resumes)."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("mujoco")
+    pg = _load("pg_tasks")
+    (line,) = [" ".join(x.split()) for x in pg.__doc__.splitlines()
+               if x.strip().startswith("python bench/pg_tasks.py") and "/tmp/pg" in x]
+    argv = [a.replace("/tmp/pg", str(tmp_path / "pg")) for a in shlex.split(line)]
+    argv = [sys.executable if a == "python" else a for a in argv]
+    done = subprocess.run(argv, cwd=BENCH.parent, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(p.name for p in (tmp_path / "pg").iterdir())
+    assert files == ["beyondfit-hopper-2048-seed1.json", "sb3-hopper-2048-seed1.json"]
+    mine = json.loads((tmp_path / "pg" / files[0]).read_text())
+    assert mine["seed"] == 1 and mine["env_steps"] == 2048
+    assert mine["settings"]["tuned"] == "hopper_ppo" and mine["settings"]["task"]["seed"] == 1
+    sb3 = json.loads((tmp_path / "pg" / files[1]).read_text())
+    assert sb3["settings"]["n_steps"] == 512 and sb3["settings"]["normalize"] is True
+    rows = [r for r in done.stdout.splitlines() if r.startswith("| Hopper-v5 (2,048)")]
+    assert len(rows) == 2 and all("| 1 |" in r for r in rows)  # one seed each: seed 1
+    again = subprocess.run(argv, cwd=BENCH.parent, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "running" not in again.stderr
 
 
 def test_reinforce_raw_reference_loop_trains_and_evaluates():
