@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +15,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.policies import check_spaces
 from beyondfit.rl.suites import register_family
+
+log = logging.getLogger("beyondfit.rl")
 
 #: Gymnasium env modules whose dependencies are beyondfit extras: module -> extra.
 EXTRAS = {"gymnasium.envs.box2d": "box2d", "gymnasium.envs.mujoco": "mujoco"}
@@ -72,16 +75,16 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
 
 
 #: ``task.vectorization``: how the env copies are stepped. Measured for 8 Atari copies with the
-#: Atari task's wrappers on this project's 2-core machine, env steps per CPU-second (the
-#: process and its children): sync 1,862, async 733 (subprocesses and their pipes cost more
-#: than they overlap on two cores); envpool (its own C++ preprocessing, not wired in) 2,600.
-VECTORIZATIONS = ("auto", "sync", "async")
+#: Atari task's preprocessing on this project's 2-core machine, env steps per CPU-second (the
+#: process and its children; ``bench/collect.py``, docs/how-to/pixels.md): envpool fastest,
+#: then sync; async (subprocesses and their pipes) costs more than it overlaps on two cores.
+VECTORIZATIONS = ("auto", "sync", "async", "envpool")
 
 
 def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = (),
                     sync: bool = False, env_kwargs: Mapping[str, Any] | None = None,
-                    key: str = "task.num_envs", vectorization: str = "auto"
-                    ) -> VectorEnv:  # fmt: skip
+                    key: str = "task.num_envs", vectorization: str = "auto",
+                    pool: bool = True) -> VectorEnv:  # fmt: skip
     """``gymnasium.make_vec`` with next-step autoreset, or a :class:`BeyondfitError` saying why not.
 
     Uses the env's own vectorized implementation where it has one (CartPole: one NumPy call steps
@@ -93,9 +96,13 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     (``task.env_kwargs``: Atari's ``frameskip=1`` under ``AtariPreprocessing``). ``key``: the
     config key ``num_envs`` came from, for the error. ``vectorization``
     (:data:`VECTORIZATIONS`): ``auto`` (the env's own vectorized form where it has one, else
-    ``sync``), ``sync`` (``SyncVectorEnv``: the copies stepped in turn in this process), or
-    ``async`` (``AsyncVectorEnv``: one subprocess per copy, for envs slow enough to pay for
-    the pipes on a machine with cores to spare).
+    ``sync``; for an Atari id, envpool where it is installed and ``pool`` allows it), ``sync``
+    (``SyncVectorEnv``: the copies stepped in turn in this process), ``async``
+    (``AsyncVectorEnv``: one subprocess per copy, for envs slow enough to pay for the pipes on
+    a machine with cores to spare), or ``envpool`` (Atari only: envpool's C++ threads with the
+    wrappers read as its own options, :mod:`beyondfit.rl.envpool_atari`). ``pool``: whether
+    ``auto`` may pick envpool (the greedy evaluation keeps Gymnasium's wrappers: each of its
+    copies plays one whole game from a real reset, the reference preprocessing).
 
     The returned envs carry ``reports_episodes``: whether a wrapper (Gymnasium's
     ``RecordEpisodeStatistics``) reports each finished episode in ``info["episode"]``; then
@@ -111,10 +118,10 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     if vectorization not in VECTORIZATIONS:
         raise BeyondfitError(f"task.vectorization={vectorization!r}; choose one of "
                              f"{', '.join(VECTORIZATIONS)}")
-    if sync and vectorization == "async":
-        raise BeyondfitError("task.vectorization=async: the off-policy task steps its env copies "
-                             "in its own process (an exact resume rebuilds their episodes); "
-                             "use task.vectorization=sync")
+    if sync and vectorization in ("async", "envpool"):
+        raise BeyondfitError(f"task.vectorization={vectorization}: the off-policy task needs "
+                             "env copies of its own, stepped in its own process (an exact "
+                             "resume rebuilds their episodes); use task.vectorization=sync")
     spec = env_spec(env_id)
     wrappers = list(wrappers)
     for i, wrapper in enumerate(wrappers):
@@ -123,6 +130,12 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
                 f"task.wrappers[{i}] is {type(wrapper).__name__}, not a wrapper factory: write "
                 "each as {_target_: WRAPPER_CLASS, _partial_: true, OPTION: VALUE}"
             )
+    if vectorization == "envpool" or (vectorization == "auto" and pool and not sync
+                                      and str(env_id).startswith("ALE/")):
+        envs = _pool_or_none(env_id, num_envs, wrappers, env_kwargs, vectorization)
+        if envs is not None:
+            return envs
+        vectorization = "sync"
     native = (spec.vector_entry_point is not None and not wrappers and not sync
               and not env_kwargs and vectorization == "auto")
     mode = "vector_entry_point" if native else "async" if vectorization == "async" else "sync"
@@ -159,6 +172,41 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     except BeyondfitError:
         envs.close()
         raise
+    return envs
+
+
+def _pool_or_none(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn],
+                  env_kwargs: Mapping[str, Any], vectorization: str) -> VectorEnv | None:
+    """The copies in envpool; for ``auto``, ``None`` (then ``sync``) where envpool is missing
+    or has no equivalent of the wrappers, said in the run's log either way."""
+    from beyondfit.rl import envpool_atari
+
+    missing = ("sync (Gymnasium's wrappers; envpool, faster for Atari, is not installed: "
+               f"{envpool_atari.INSTALL})")
+    if vectorization == "auto" and not envpool_atari.envpool_installed():
+        log.info("task.vectorization=auto: %s", missing)
+        return None
+    try:
+        task, options, reports = envpool_atari.envpool_options(env_id, wrappers, env_kwargs)
+        envs = envpool_atari.EnvPoolVectorEnv(env_id, task, options, num_envs, reports)
+    except envpool_atari.NoEquivalent as e:
+        if vectorization == "envpool":
+            raise
+        log.info("task.vectorization=auto: sync (%s)", e.reason)
+        return None
+    except envpool_atari.NotInstalled:
+        if vectorization == "envpool":
+            raise
+        log.info("task.vectorization=auto: %s", missing)
+        return None
+    try:
+        check_spaces(envs.single_observation_space, envs.single_action_space, env_id)
+    except BeyondfitError:
+        envs.close()
+        raise
+    if vectorization == "auto":
+        log.info("task.vectorization=auto: envpool (%d copies of %s preprocessed in its C++ "
+                 "threads; task.vectorization=sync for Gymnasium's wrappers)", num_envs, task)
     return envs
 
 

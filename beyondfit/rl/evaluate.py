@@ -44,7 +44,10 @@ class GreedyEvaluator:
         env_kwargs: Mapping[str, Any] | None = None,
         key: str = "task.eval_episodes",
     ) -> None:
-        self.envs = make_vector_env(env_id, episodes, wrappers, env_kwargs=env_kwargs, key=key)
+        # Gymnasium's wrappers, never envpool: each copy plays whole games from real resets,
+        # the reference preprocessing every vectorization's training is measured by.
+        self.envs = make_vector_env(env_id, episodes, wrappers, env_kwargs=env_kwargs, key=key,
+                                    pool=False)
         self.env_id, self.max_steps = env_id, max_steps
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._seeded = False

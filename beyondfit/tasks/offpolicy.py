@@ -82,7 +82,8 @@ def build(
         env, wrappers, seed, num_envs, eval_every_env_steps, eval_episodes, target_return,
             confirm_episodes, encoder, env_kwargs, vectorization, aux, aux_options: as for
             :func:`beyondfit.tasks.policy_gradient.build` (the encoder inside the Q network
-            or the critic; the copies stepped in this process, ``async`` refused).
+            or the critic; the copies stepped in this process, ``async`` and ``envpool``
+            refused, ``auto`` taking ``sync`` for Atari).
         gamma, hidden, activation, normalize, log_std_init: the task's; the algo files hand
             the first three on (``task.agent.hidden``); ``normalize`` must be off.
         critic_hidden, init: the policy-gradient policy's (``conf/base/rl.yaml``); here they

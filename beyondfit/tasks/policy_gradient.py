@@ -123,7 +123,8 @@ def build(
         env_kwargs: keyword arguments of each env copy's ``gym.make`` (Atari's
             ``frameskip=1`` under ``AtariPreprocessing``).
         vectorization: how the training env copies are stepped
-            (:data:`~beyondfit.rl.envs.VECTORIZATIONS`: ``auto``, ``sync``, ``async``).
+            (:data:`~beyondfit.rl.envs.VECTORIZATIONS`: ``auto``, ``sync``, ``async``,
+            ``envpool``; ``auto`` takes envpool for an Atari id where it is installed).
         aux, aux_options: auxiliary self-supervised terms on the encoder
             (:mod:`beyondfit.rl.auxiliary`): ``shift``, ``reconstruction``,
             ``self_prediction`` or your own, summed into ``loss`` under its one optimizer; the
