@@ -13,10 +13,19 @@ returns the first observation of the next episode with reward 0. That ``t + 1`` 
 belongs to no episode and is never learned from (the ``valid`` mask). The final observation is
 still useful: the value computed at ``t + 1`` is exactly the bootstrap a truncated episode needs
 (see :mod:`beyondfit.rl.returns`).
+
+Exact resume: a checkpoint holds what the next batch depends on, taken at any step: the
+envs' state (:class:`~beyondfit.rl.env_collector.EnvCollector`: each copy's observation,
+episode counters, and the RNG state its episode started from with the actions since, replayed
+on resume), the rollout being trained on with its epoch, its shuffle and the minibatches
+already yielded, the sampling generator, the reward scaling's running returns and the
+observation moments not yet folded in. A run killed mid-rollout and resumed yields the same
+batches as one never stopped.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, get_type_hints
 
@@ -25,7 +34,7 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.state.checks import check_fields
+from beyondfit.core.state.checks import check_fields, fail, is_count, is_real
 from beyondfit.rl import envs as env_api
 from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.normalization import batch_moments
@@ -182,9 +191,10 @@ class RolloutCollector(EnvCollector):
         self._to_env = env_api.action_converter(envs.single_action_space)
         self.rollouts = 0
         self._next_obs: np.ndarray | None = None  # None: the envs need a (seeded) reset
-        self._prev_done = np.zeros(envs.num_envs, dtype=bool)
-        self._ep_return = np.zeros(envs.num_envs, dtype=np.float64)
-        self._ep_length = np.zeros(envs.num_envs, dtype=np.int64)
+        # The rollout being trained on: its batch, the epochs done, the current epoch's
+        # shuffle and the minibatches of it yielded (what a checkpoint taken mid-rollout holds).
+        self._batch: RolloutBatch | RolloutTransitions | None = None
+        self._epoch, self._perm, self._yielded = 0, None, 0
 
     @property
     def env_steps_per_rollout(self) -> int:
@@ -210,44 +220,60 @@ class RolloutCollector(EnvCollector):
 
     # ----------------------------------------------------------------------------- iteration
     def __iter__(self) -> Iterator[RolloutBatch]:
-        """Yield batches until ``total_env_steps``; a later call continues from there."""
+        """Yield batches until ``total_env_steps``; a later call continues from there (a
+        resumed run from the checkpoint's rollout, epoch and minibatch)."""
         device = next(self.policy.parameters()).device
         self._generator_on(device)
         if self._next_obs is None:
-            # A fresh run seeds with `seed`; a resumed one with a seed derived from its progress,
-            # so it is reproducible too (the envs' mid-episode state cannot be checkpointed).
-            self._next_obs = env_api.reset_envs(self.envs, self.seed + self.env_steps)
-            n = self.envs.num_envs
-            self._prev_done = np.zeros(n, dtype=bool)
-            self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
-            self._running_return = np.zeros(n)
-        while self.env_steps < self.total_env_steps:
-            batch = self._collect(device)
+            # A fresh run seeds with `seed`; a resumed one rebuilds the envs' state.
+            self._next_obs = self._rebuild_envs(lambda seed: env_api.reset_envs(self.envs, seed))
+        if self._batch is not None:  # resumed mid-rollout: its schedules, then the rest of it
+            self._batch = type(self._batch)(*(None if f is None else f.to(device)
+                                              for f in self._batch))
             for hook in self.rollout_hooks:
                 hook(self)
-            epochs_run = 0
-            while epochs_run < self.epochs:
-                yield from self._epoch_batches(batch, device)
-                epochs_run += 1
-                # Asked after every epoch, the last too, so the monitor starts afresh each rollout.
-                if self.stop_epochs is not None and self.stop_epochs():
-                    break
-            if self.stop_epochs is not None:
-                self._epochs_run[0] += epochs_run
-                self._epochs_run[1] += 1
+            yield from self._epochs()
+        while self.env_steps < self.total_env_steps:
+            self._batch, self._epoch = self._collect(device), 0
+            for hook in self.rollout_hooks:
+                hook(self)
+            yield from self._epochs()
 
-    def _epoch_batches(self, batch: RolloutBatch | RolloutTransitions, device: torch.device
-                       ) -> Iterator[RolloutBatch | RolloutTransitions]:  # fmt: skip
-        """One pass over a rollout: the batch itself, or ``minibatches`` shuffled parts of it."""
+    def _epochs(self) -> Iterator[RolloutBatch | RolloutTransitions]:
+        """The current rollout's remaining epochs; then it is dropped."""
+        while self._epoch < self.epochs:
+            yield from self._epoch_batches()
+            self._epoch += 1
+            self._perm, self._yielded = None, 0
+            # Asked after every epoch, the last too, so the monitor starts afresh each rollout.
+            if self.stop_epochs is not None and self.stop_epochs():
+                break
+        if self.stop_epochs is not None:
+            self._epochs_run[0] += min(self._epoch, self.epochs)
+            self._epochs_run[1] += 1
+        self._batch = None
+
+    def _epoch_batches(self) -> Iterator[RolloutBatch | RolloutTransitions]:
+        """The current epoch's (remaining) batches: the rollout itself, or ``minibatches``
+        shuffled parts of it."""
+        batch = self._batch
+        assert batch is not None
         if self.minibatches == 1:
-            yield batch
+            if not self._yielded:
+                self._yielded = 1  # before the yield: a checkpoint taken there counts it
+                yield batch
             return
         # Always exactly `minibatches` batches per epoch (sizes differ by at most one),
         # so optimizer steps per rollout stay fixed whatever the number of valid steps.
-        perm = torch.randperm(batch.obs.shape[0], generator=self._generator, device=device)
+        if self._perm is None:
+            self._perm = torch.randperm(batch.obs.shape[0], generator=self._generator,
+                                        device=batch.obs.device)
         # One gather per field and epoch; the minibatches are then contiguous views.
-        chunks = [None if f is None else f[perm].tensor_split(self.minibatches) for f in batch]
-        for i in range(self.minibatches):
+        chunks = [None if f is None else f[self._perm].tensor_split(self.minibatches)
+                  for f in batch]
+        while self._yielded < self.minibatches:
+            i = self._yielded
+            self._yielded += 1  # before the yield: a checkpoint taken there counts it
             yield type(batch)(*(None if c is None else c[i] for c in chunks))
 
     def _collect(self, device: torch.device) -> RolloutBatch | RolloutTransitions:
@@ -269,6 +295,9 @@ class RolloutCollector(EnvCollector):
         # A shared CNN encodes each step's frames once, for the actions and the values.
         inline = self.critic and getattr(policy, "shares_encoder", False)
         value_steps: list[torch.Tensor] = []
+        # What a resume replays: the actions sent, and the episodes' starts and ends.
+        replay, sent_steps, ended = self._replayable, [], self._prev_done
+        started = np.full(N, -1)  # per copy: the step its episode started at (its reset step)
         with torch.inference_mode():
             for t in range(T):
                 obs = to_obs(next_obs)
@@ -280,14 +309,25 @@ class RolloutCollector(EnvCollector):
                 action = policy.draw(out, generator=gen)
                 if log_probs:
                     out_steps.append(out)
+                sent = to_env(action)
                 try:  # free in Python 3.11 unless it raises
-                    next_obs, reward, term, trunc, info = envs.step(to_env(action))
+                    next_obs, reward, term, trunc, info = envs.step(sent)
                 except Exception as e:
                     raise env_api.env_error(envs, f"env step {self.env_steps + t * N}", e) from None
                 if reports and "episode" in info:  # the env's own episodes (a game, all lives)
                     finished = env_api.reported_episodes(info)
                     if finished is not None:
                         self.episodes.add_each(*finished)
+                if replay:
+                    sent_steps.append(sent)
+                    if ended.any():  # these copies reset in this step: a new episode
+                        for i in np.flatnonzero(ended):
+                            self._episode_started(i)
+                            started[i] = t
+                    ended = term | trunc
+                    if ended.any():
+                        for i in np.flatnonzero(ended):
+                            self._episode_ended(i)
                 obs_steps.append(obs)
                 action_steps.append(action)
                 reward_steps.append(reward)
@@ -313,8 +353,14 @@ class RolloutCollector(EnvCollector):
         # The step after an episode's end is a reset: it belongs to no episode, never learned from.
         valid = np.empty_like(done)
         valid[0], valid[1:] = ~self._prev_done, ~done[:-1]
-        if not reports:  # raw rewards: what the user scores
-            self._record_episodes(rewards, done, valid)
+        self._record_episodes(rewards, done, valid, count=not reports)  # raw rewards
+        if replay:  # each copy's actions since its episode started (after its reset step)
+            sent_all = np.stack(sent_steps)
+            for i in range(N):
+                if started[i] >= 0:
+                    self._ep_actions[i] = [sent_all[started[i] + 1:, i]]
+                else:
+                    self._ep_actions[i].append(sent_all[:, i])
         if normalizer is not None:
             rewards = normalizer.scale_rewards(rewards, done, valid, self._running_return)
         self._next_obs, self._prev_done = next_obs, done[-1]
@@ -358,8 +404,11 @@ class RolloutCollector(EnvCollector):
         return RolloutTransitions(*batch, next_obs=obs_all[1:].flatten(0, 1)[keep],
                                   terminated=flags(terminated), truncated=flags(truncated))
 
-    def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray) -> None:
-        """Add the episodes that ended in this rollout to the statistics, without a per-step loop.
+    def _record_episodes(self, rewards: np.ndarray, done: np.ndarray, valid: np.ndarray,
+                         count: bool = True) -> None:
+        """Carry each copy's running episode return and length over the rollout, adding the
+        episodes that ended in it to the statistics unless ``count`` is false (the env reports
+        them itself), without a per-step loop.
 
         Per env, the running return (carried over from the previous rollout) summed up to the env's
         last episode end is the total return of all its episodes that ended here; what follows
@@ -376,7 +425,8 @@ class RolloutCollector(EnvCollector):
         envs = np.arange(done.shape[1])
         return_at_last = np.where(ended, run_return[last, envs], 0.0)
         length_at_last = np.where(ended, run_length[last, envs], 0)
-        self.episodes.add(done.sum(), return_at_last.sum(), length_at_last.sum())
+        if count:
+            self.episodes.add(done.sum(), return_at_last.sum(), length_at_last.sum())
         self._ep_return = run_return[-1] - return_at_last
         self._ep_length = run_length[-1] - length_at_last
 
@@ -392,24 +442,123 @@ class RolloutCollector(EnvCollector):
 
     # ----------------------------------------------------------------------------- checkpointing
     def state_dict(self) -> dict[str, Any]:
-        """Counters, the sampling generator and the observation moments of the last rollout not
-        yet folded into the normalizer; environment internals are not serializable. (The
-        normalizer's statistics are buffers of the policy: they travel with its weights.)"""
-        state: dict[str, Any] = {"env_steps": self.env_steps, "rollouts": self.rollouts}
+        """Everything the next batch depends on: counters, the sampling generator, the
+        observation moments of the last rollout not yet folded into the normalizer, the reward
+        scaling's running returns, the envs' state (:class:`EnvCollector`) and, mid-rollout,
+        the rollout with its epoch, shuffle and minibatches yielded. (The normalizer's
+        statistics are buffers of the policy: they travel with its weights.)"""
+        state: dict[str, Any] = {
+            "env_steps": self.env_steps, "rollouts": self.rollouts,
+            "rollout_start": self._rollout_start,
+            "running_return": self._running_return.tolist(),
+            "epochs_run": list(self._epochs_run),
+            **self._env_state(self._next_obs),
+        }
         if self._generator is not None:
             state["generator"] = self._generator.get_state()
         if self._pending_moments is not None:
             state["pending_obs_moments"] = self._pending_moments.cpu()
+        if hasattr(self.stop_epochs, "state_dict"):  # the epoch's KL so far (target_kl)
+            state["stop_epochs"] = self.stop_epochs.state_dict()
+        if self._batch is not None:
+            state["rollout"] = {
+                "fields": {k: None if v is None else v.cpu()
+                           for k, v in self._batch._asdict().items()},
+                "epoch": self._epoch, "yielded": self._yielded,
+                "perm": None if self._perm is None else self._perm.cpu(),
+            }
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore counters and generator; the envs restart episodes on the next iteration."""
+        """Restore :meth:`state_dict`, checked whole first (one line naming what does not fit
+        this run); the envs are rebuilt at the start of the next pass. A checkpoint of an
+        earlier version, without the envs' state, resumes with fresh episodes (said then)."""
         check_fields(state, {"env_steps": "count", "rollouts": "count", "generator": "generator",
-                             "pending_obs_moments": "tensor"})
+                             "pending_obs_moments": "tensor", "rollout_start": "count"})
+        exact = "prev_done" in state
+        if exact:
+            self._check_env_state(state)
+            self._check_progress(state)
+            rollout = state.get("rollout")
+            if rollout is not None:
+                self._check_rollout(rollout)
+            if "stop_epochs" in state and hasattr(self.stop_epochs, "load_state_dict"):
+                self.stop_epochs.load_state_dict(state["stop_epochs"])  # checked, then loaded
         self.env_steps = int(state["env_steps"])
         self.rollouts = int(state["rollouts"])
-        self._rollout_start = self.env_steps
+        self._rollout_start = int(state.get("rollout_start", self.env_steps))
         self._pending_moments = state.get("pending_obs_moments")
         self._restore_generator(state.get("generator"))
-        self._next_obs = None
+        self._next_obs, self._batch, self._epoch, self._perm, self._yielded = (
+            None, None, 0, None, 0)
+        if not exact:
+            self._restore = {"episode_rng": None}  # fresh episodes, seeded by the progress
+            return
+        self._load_env_state(state)
+        self._running_return = np.asarray(state["running_return"], dtype=np.float64)
+        self._epochs_run = [int(x) for x in state["epochs_run"]]
+        if rollout is not None:
+            kind = RolloutTransitions if "next_obs" in rollout["fields"] else RolloutBatch
+            self._batch = kind(**rollout["fields"])
+            self._epoch, self._yielded = int(rollout["epoch"]), int(rollout["yielded"])
+            self._perm = rollout["perm"]
 
+    def _check_progress(self, state: dict[str, Any]) -> None:
+        """The counters beside the envs' state: a rollout's start at most the steps taken,
+        a running return per env copy, epoch counts."""
+        n = self.envs.num_envs
+        if state["rollout_start"] > state["env_steps"]:
+            raise fail("rollout_start", state["rollout_start"],
+                       f"at most env_steps={state['env_steps']}")
+        running = state.get("running_return")
+        if not (isinstance(running, list) and len(running) == n
+                and all(is_real(v) and math.isfinite(v) for v in running)):
+            raise fail("running_return", running, f"a list of {n} finite numbers")
+        epochs_run = state.get("epochs_run")
+        if not (isinstance(epochs_run, list) and len(epochs_run) == 2
+                and all(is_count(v) for v in epochs_run)):
+            raise fail("epochs_run", epochs_run, "[epochs, rollouts], two whole numbers")
+
+    def _check_rollout(self, rollout: Any) -> None:
+        """A saved rollout this run could go on training on: the batch fields of its kind,
+        one row per transition (at most a rollout's), observations and actions of the
+        spaces' shapes and dtypes, finite values, the epoch and minibatch within this run's
+        and the shuffle a permutation of the rows."""
+        if not isinstance(rollout, dict) or not isinstance(rollout.get("fields"), dict):
+            raise fail("rollout", rollout, "the rollout being trained on (a mapping)")
+        fields = rollout["fields"]
+        want = RolloutTransitions._fields if self.transitions else RolloutBatch._fields
+        if tuple(fields) != want:
+            raise fail("rollout.fields", sorted(fields), f"the fields {list(want)}")
+        rows = fields["obs"].shape[0] if isinstance(fields["obs"], torch.Tensor) else -1
+        if not 1 <= rows <= self.env_steps_per_rollout:
+            raise fail("rollout.fields.obs", fields["obs"],
+                       f"one row per transition, at most {self.env_steps_per_rollout}")
+        space = self.envs.single_observation_space
+        for key, value in fields.items():
+            if value is None:
+                if key in ("obs", "actions", "advantages", "returns") or (
+                        key in RolloutTransitions._fields[len(RolloutBatch._fields):]):
+                    raise fail(f"rollout.fields.{key}", value, "a tensor")
+                continue
+            if not isinstance(value, torch.Tensor) or value.shape[:1] != (rows,) or (
+                    value.is_floating_point() and not bool(torch.isfinite(value).all())):
+                raise fail(f"rollout.fields.{key}", value, f"a finite tensor of {rows} rows")
+        dtype = torch.float32 if np.dtype(space.dtype).kind == "f" else torch.from_numpy(
+            np.zeros(0, dtype=space.dtype)).dtype  # as observation_converter makes them
+        for key in ("obs", "next_obs"):
+            obs = fields.get(key)
+            if obs is not None and (tuple(obs.shape[1:]) != space.shape or obs.dtype != dtype):
+                raise fail(f"rollout.fields.{key}", obs, f"observations of shape {space.shape}")
+        epoch, yielded, perm = rollout.get("epoch"), rollout.get("yielded"), rollout.get("perm")
+        if not (is_count(epoch) and epoch < self.epochs):
+            raise fail("rollout.epoch", epoch, f"a whole number below epochs={self.epochs}")
+        if not (is_count(yielded) and yielded <= self.minibatches):
+            raise fail("rollout.yielded", yielded,
+                       f"a whole number up to minibatches={self.minibatches}")
+        if perm is None:
+            if yielded and self.minibatches > 1:
+                raise fail("rollout.perm", perm, "the epoch's shuffle (minibatches were drawn)")
+        elif not (isinstance(perm, torch.Tensor) and perm.dtype == torch.int64
+                  and torch.equal(perm.sort().values, torch.arange(rows))):
+            raise fail("rollout.perm", perm, f"a permutation of the {rows} rows")

@@ -8,11 +8,22 @@
   collector's seed, or continued from a checkpoint.
 - **Episode statistics**: the finished episodes' mean return and length since the last log row,
   reported by :meth:`EnvCollector.metrics` without a device sync.
+- **The envs' state in a checkpoint** (exact resume): each env copy's current observation,
+  episode counters and what rebuilds it: the random-generator state its episode started from
+  and the actions sent since. On resume each copy is reset from that state and the actions are
+  replayed (:meth:`EnvCollector._rebuild_envs`), so the run continues bitwise as if never
+  stopped, for envs whose state follows from their seed and actions (Gymnasium's
+  classic-control, Box2D and MuJoCo envs, MinAtar's games: their own ``RandomState`` and last
+  action are kept too). Envs in other processes (``AsyncVectorEnv``) cannot be replayed: a
+  resume then starts fresh episodes and says so in one line.
 """
 
 from __future__ import annotations
 
 import collections
+import copy
+import logging
+import math
 from typing import Any
 
 import numpy as np
@@ -20,6 +31,9 @@ import torch
 from gymnasium.vector import VectorEnv
 
 from beyondfit.core.seeding import rank_seed
+from beyondfit.core.state.checks import FieldError, fail, is_count, is_real
+
+log = logging.getLogger("beyondfit.rl")
 
 
 class EpisodeStats:
@@ -91,6 +105,19 @@ class EnvCollector:
         self._unsharded: dict[str, int] | None = None
         self._generator: torch.Generator | None = None
         self._generator_state: torch.Tensor | None = None  # a checkpoint's, until used
+        n = envs.num_envs
+        # Per copy: its episode ended in the last step (the next step resets it), and the
+        # running episode's return and valid steps so far.
+        self._prev_done = np.zeros(n, dtype=bool)
+        self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
+        # Per copy: the RNG state its episode started from (None: the seeded first reset),
+        # the state kept at its episode's end for the coming autoreset, and the actions sent
+        # since the episode started (arrays of rows): what a resume replays.
+        self._replayable = hasattr(envs, "envs")
+        self._ep_rng: list[dict[str, Any] | None] = [None] * n
+        self._next_rng: list[dict[str, Any] | None] = [None] * n
+        self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
+        self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
 
     def shard(self, rank: int, world_size: int) -> Any:
         """Make this the collector of one of ``world_size`` data-parallel processes.
@@ -128,3 +155,216 @@ class EnvCollector:
     def close(self) -> None:
         """Close the environments."""
         self.envs.close()
+
+    # --------------------------------------------------------------- the envs' state, resumed
+    def _episode_started(self, i: int) -> None:
+        """Env copy ``i`` autoreset: its new episode starts from the state kept at the end."""
+        self._ep_rng[i], self._next_rng[i] = self._next_rng[i], None
+        self._ep_actions[i] = []
+
+    def _episode_ended(self, i: int) -> None:
+        """Env copy ``i``'s episode ended: keep the state its coming autoreset draws from."""
+        if self._replayable:
+            self._next_rng[i] = _rng_state(self.envs, i)
+
+    def _env_state(self, obs: np.ndarray | None) -> dict[str, Any]:
+        """The envs' part of a checkpoint: per-copy flags and counters, the finished episodes'
+        statistics, and with ``obs`` (the copies' current observations) what rebuilds them."""
+        state: dict[str, Any] = {
+            "prev_done": self._prev_done.tolist(),
+            "ep_return": self._ep_return.tolist(), "ep_length": self._ep_length.tolist(),
+            "finished": self.episodes.state_dict(),
+        }
+        if obs is not None:
+            state["obs"] = torch.from_numpy(np.array(obs))
+            if self._replayable:
+                # Bit-generator states are dicts of ints and strings: plain data.
+                state["episode_rng"] = copy.deepcopy(self._ep_rng)
+                state["next_rng"] = copy.deepcopy(self._next_rng)
+                state["episode_actions"] = [
+                    torch.from_numpy(np.concatenate(a)) if a else None
+                    for a in self._ep_actions
+                ]
+        return state
+
+    def _check_env_state(self, state: dict[str, Any]) -> None:
+        """Refuse, in one line naming the entry, envs' state these envs could not continue
+        from: per-copy lists of this run's number of copies, finite returns, observations of
+        the space's shape, RNG states the copies' generators take, replayed actions the
+        action space holds, as many as the episode's steps."""
+        n = self.envs.num_envs
+        per_copy = {"prev_done": (lambda v: isinstance(v, bool), "true or false"),
+                    "ep_return": (lambda v: is_real(v) and math.isfinite(v), "a finite number"),
+                    "ep_length": (is_count, "a whole number >= 0")}
+        for key, (test, want) in per_copy.items():
+            value = state.get(key)
+            if not isinstance(value, list) or len(value) != n or not all(map(test, value)):
+                raise fail(key, value, f"a list of {n} entries (one per env copy), each {want}")
+        finished = state.get("finished", [0, 0.0, 0])
+        recent = finished[3] if isinstance(finished, list) and len(finished) == 4 else []
+        if not (isinstance(finished, list) and len(finished) in (3, 4)
+                and is_count(finished[0]) and is_real(finished[1])
+                and math.isfinite(finished[1]) and is_count(finished[2])
+                and isinstance(recent, list) and len(recent) <= EpisodeStats.RECENT
+                and all(is_real(r) and math.isfinite(r) for r in recent)):
+            raise fail("finished", finished, "[episodes, sum of returns, sum of lengths] and "
+                       f"at most {EpisodeStats.RECENT} recent finite returns")
+        generator = state.get("generator")
+        if generator is not None:
+            try:  # a CPU state is tried on a scratch generator; a CUDA one is 16 bytes
+                if generator.numel() != 16:
+                    torch.Generator().set_state(generator)
+            except (AttributeError, RuntimeError, TypeError):
+                raise fail("generator", generator, "the state of a torch generator") from None
+        obs = state.get("obs")
+        if obs is None:
+            return
+        shape = (n, *self.envs.single_observation_space.shape)
+        if not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape or not bool(
+                torch.isfinite(obs.float()).all()):
+            raise fail("obs", obs, f"a finite tensor of shape {shape}")
+        if "episode_rng" in state:
+            self._check_replay(state)
+
+    def _check_replay(self, state: dict[str, Any]) -> None:
+        """The replay entries: each RNG state one the copy's generator takes, the actions
+        since each episode's start ones its action space holds."""
+        n = self.envs.num_envs
+        if not self._replayable:
+            raise FieldError("episode_rng: the checkpoint replays env copies these envs "
+                             f"({type(self.envs).__name__}) cannot rebuild")
+        space = self.envs.single_action_space
+        for key in ("episode_rng", "next_rng", "episode_actions"):
+            if not isinstance(state.get(key), list) or len(state[key]) != n:
+                raise FieldError(f"{key} is not a list of {n} entries (one per env copy)")
+        for i in range(n):
+            for key in ("episode_rng", "next_rng"):
+                entry = state[key][i]
+                if entry is None:
+                    if key == "next_rng" and state["prev_done"][i]:
+                        raise FieldError(f"next_rng[{i}] is missing: env copy {i} ended its "
+                                         "episode, and its next one starts from that state")
+                    continue
+                try:
+                    _check_rng_state(self.envs.envs[i].unwrapped, entry)
+                except (TypeError, ValueError, KeyError, AttributeError):
+                    raise FieldError(f"{key}[{i}] is not a state of env copy {i}'s random "
+                                     "generator") from None
+            actions = state["episode_actions"][i]
+            count = 0 if actions is None else len(actions)
+            if actions is not None and not (isinstance(actions, torch.Tensor) and all(
+                    space.contains(a) for a in actions.numpy())):
+                raise FieldError(f"episode_actions[{i}] holds actions outside the env's "
+                                 f"action space {space}")
+            if not state["prev_done"][i] and count != state["ep_length"][i]:
+                raise FieldError(f"episode_actions[{i}] holds {count} actions, but its "
+                                 f"episode has run {state['ep_length'][i]} steps "
+                                 f"(ep_length[{i}])")
+
+    def _load_env_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_env_state` (checked first by :meth:`_check_env_state`); the envs
+        are rebuilt by :meth:`_rebuild_envs` at the start of the next pass."""
+        self._prev_done = np.asarray(state["prev_done"], dtype=bool)
+        self._ep_return = np.asarray(state["ep_return"], dtype=np.float64)
+        self._ep_length = np.asarray(state["ep_length"], dtype=np.int64)
+        self.episodes.load_state_dict(state.get("finished", [0, 0.0, 0]))
+        self._restore = {"obs": state["obs"].numpy(), "episode_rng": state.get("episode_rng")} \
+            if "obs" in state else None
+        if "episode_rng" in state:
+            self._ep_rng = list(state["episode_rng"])
+            self._next_rng = list(state["next_rng"])
+            self._ep_actions = [[] if a is None else [a.numpy()]
+                                for a in state["episode_actions"]]
+
+    def _rebuild_envs(self, reset: Any) -> np.ndarray:
+        """The copies' observations at the start of a pass: ``reset(seed)`` on a fresh run
+        (``seed``: the collector's); on a resume, each copy rebuilt from the checkpoint (reset
+        from its episode's RNG state, its actions replayed), or, where that is impossible,
+        fresh episodes seeded by the progress, said in one line."""
+        restore, self._restore = self._restore, None
+        if restore is None:
+            return reset(self.seed)
+        if not self._replayable or restore.get("episode_rng") is None:
+            log.warning("resumed with fresh episodes: the envs (%s) cannot be rebuilt from the "
+                        "checkpoint, so the run does not continue bitwise",
+                        type(self.envs).__name__)
+            self._prev_done[:] = False
+            return reset(self.seed + self.env_steps)
+        n = self.envs.num_envs
+        seeds: list[int | None] = []
+        for i in range(n):
+            state = self._ep_rng[i]
+            seeds.append(self.seed + i if state is None else None)
+            if state is not None:
+                _set_rng_state(self.envs, i, state)
+        obs, _ = self.envs.reset(seed=seeds)
+        saved = np.asarray(restore["obs"])
+        exact = True
+        for i in range(n):
+            if self._prev_done[i]:
+                # Its episode had ended: the next step resets it from the state kept then.
+                _set_rng_state(self.envs, i, self._next_rng[i])
+                self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
+                continue
+            for chunk in self._ep_actions[i]:
+                for action in chunk:
+                    obs[i] = self.envs.envs[i].step(action)[0]  # type: ignore[attr-defined]
+            exact = exact and np.array_equal(obs[i], saved[i])
+        if not exact:
+            log.warning("resumed: replaying the episodes in progress did not reproduce their "
+                        "observations (the env is not a function of its seed and actions), so "
+                        "the run continues from the replayed states, not bitwise")
+            saved = np.where(self._prev_done.reshape(n, *([1] * (obs.ndim - 1))), saved, obs)
+        return saved.astype(obs.dtype, copy=False)
+
+
+def _rng_state(envs: Any, i: int) -> dict[str, Any]:
+    """What env copy ``i`` draws its next episode from, as plain data: its ``np_random``
+    generator's state and, for a MinAtar game (whose sticky actions and spawns draw from a
+    ``RandomState`` of its own, and whose sticky action repeats the previous episode's last
+    one), that generator's state and the last action."""
+    env = envs.envs[i].unwrapped
+    state: dict[str, Any] = {"np_random": copy.deepcopy(env.np_random.bit_generator.state)}
+    game = getattr(env, "game", None)
+    if isinstance(getattr(game, "random", None), np.random.RandomState):
+        _, keys, pos, has_gauss, cached = game.random.get_state()
+        state["game"] = {"keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
+                         "cached_gaussian": float(cached),
+                         "last_action": int(getattr(game, "last_action", 0))}
+    return state
+
+
+def _set_rng_state(envs: Any, i: int, state: dict[str, Any]) -> None:
+    """Put back :func:`_rng_state`'s ``state`` (or a bare generator state, as checkpoints of
+    earlier versions hold) into env copy ``i``."""
+    env = envs.envs[i].unwrapped
+    env.np_random.bit_generator.state = copy.deepcopy(state.get("np_random", state))
+    game = state.get("game")
+    if game is not None:
+        keys = np.asarray(game["keys"], dtype=np.uint32)
+        env.game.random.set_state(("MT19937", keys, game["pos"], game["has_gauss"],
+                                   game["cached_gaussian"]))
+        # The game's one generator, as its seed() shares it (a resumed copy was never seeded).
+        env.game.env.random = env.game.random
+        env.game.last_action = game["last_action"]
+
+
+def _check_rng_state(env: Any, state: Any) -> None:
+    """Raise (TypeError, ValueError, KeyError) unless ``state`` is one :func:`_set_rng_state`
+    puts into ``env`` (the unwrapped copy) unchanged."""
+    if not isinstance(state, dict):
+        raise TypeError(state)
+    copy.deepcopy(env.np_random.bit_generator).state = state.get("np_random", state)
+    game = state.get("game")
+    if game is None:
+        return
+    if not isinstance(getattr(getattr(env, "game", None), "random", None),
+                      np.random.RandomState):
+        raise KeyError("game")
+    keys = game["keys"]
+    if not (isinstance(keys, list) and len(keys) == 624
+            and all(type(k) is int and 0 <= k < 2**32 for k in keys)
+            and type(game["pos"]) is int and 0 <= game["pos"] <= 624
+            and game["has_gauss"] in (0, 1) and isinstance(game["cached_gaussian"], float)
+            and type(game["last_action"]) is int and game["last_action"] >= 0):
+        raise ValueError(game)

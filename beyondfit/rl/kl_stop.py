@@ -14,9 +14,13 @@ after the same epoch (data-parallel ranks must take the same number of optimizer
 
 from __future__ import annotations
 
+import math
+from typing import Any
+
 import torch
 
 from beyondfit.core.options import check_number
+from beyondfit.core.state.checks import fail, is_count, is_real
 from beyondfit.distributed.connector import process_strategy
 
 
@@ -49,3 +53,20 @@ class TargetKL:
         self._sum, self._count = None, 0
         self.last = float(mean)
         return self.last > self.target
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's KL so far (a checkpoint taken mid-epoch resumes the same mean)."""
+        return {"sum": None if self._sum is None else self._sum.cpu(), "count": self._count,
+                "last": self.last}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`, checked first (one line naming the entry)."""
+        total, count, last = state.get("sum"), state.get("count"), state.get("last")
+        if not is_count(count) or (total is None) != (count == 0):
+            raise fail("stop_epochs.count", count, "the minibatches recorded this epoch")
+        if total is not None and not (isinstance(total, torch.Tensor) and total.numel() == 1
+                                      and bool(torch.isfinite(total).all())):
+            raise fail("stop_epochs.sum", total, "a finite scalar tensor")
+        if last is not None and not (is_real(last) and math.isfinite(last)):
+            raise fail("stop_epochs.last", last, "a finite number or null")
+        self._sum, self._count, self.last = total, int(count), last

@@ -33,9 +33,7 @@ follows from their seed and actions, as Gymnasium's classic-control and MuJoCo e
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -47,7 +45,7 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.state.checks import is_count, is_real
 from beyondfit.rl.actions import DiscreteActions, action_columns
-from beyondfit.rl.env_collector import EnvCollector, EpisodeStats
+from beyondfit.rl.env_collector import EnvCollector
 from beyondfit.rl.envs import observation_converter, reported_episodes
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
 from beyondfit.rl.update_ratio import check_ratio, owed, too_short
@@ -128,17 +126,7 @@ class ReplayCollector(EnvCollector):
         self.buffer: ReplayBuffer = self._new_buffer(min(buffer_size, total_env_steps))
         self.yielded = 0  # minibatches yielded (env_steps: transitions stored; resets are none)
         self._obs: np.ndarray | None = None  # the envs' current observations (None: restart)
-        self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
-        n = envs.num_envs
-        self._prev_done = np.zeros(n, dtype=bool)
-        self._ep_return, self._ep_length = np.zeros(n), np.zeros(n, dtype=np.int64)
-        # Per copy: the RNG state its episode started from (None: the seeded first reset) and
-        # the actions sent since; what a resume replays.
-        self._replayable = hasattr(envs, "envs")
         self._reports = getattr(envs, "reports_episodes", False)
-        self._ep_rng: list[dict[str, Any] | None] = [None] * n
-        self._next_rng: list[dict[str, Any] | None] = [None] * n
-        self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
 
     # ------------------------------------------------------------------------------ counts
     def _owed(self, env_steps: int) -> int:
@@ -188,7 +176,7 @@ class ReplayCollector(EnvCollector):
         self.buffer.to(device)
         self._generator_on(device)
         if self._obs is None:
-            self._start()
+            self._obs = self._rebuild_envs(lambda seed: self.envs.reset(seed=seed)[0])
         to_obs = observation_converter(device)
         buffer, gen, batch = self.buffer, self._generator, self.batch_size
         while True:
@@ -224,60 +212,17 @@ class ReplayCollector(EnvCollector):
         self._ep_length += valid
         for i in range(n):
             if not valid[i]:  # the autoreset: a new episode, from the state kept at its end
-                self._ep_rng[i], self._next_rng[i] = self._next_rng[i], None
-                self._ep_actions[i] = []
+                self._episode_started(i)
             else:
-                self._ep_actions[i].append(sent[i])
+                self._ep_actions[i].append(sent[i : i + 1])
         if (done & valid).any():
             for i in np.flatnonzero(done & valid):
                 if not self._reports:
                     self.episodes.add(1, self._ep_return[i], self._ep_length[i])
                 self._ep_return[i], self._ep_length[i] = 0.0, 0
-                if self._replayable:  # the state the coming autoreset will draw from
-                    self._next_rng[i] = _rng_state(self.envs, i)
+                self._episode_ended(i)
         self._prev_done = done & valid
         self._obs = next_obs
-
-    # ------------------------------------------------------------------------------ (re)start
-    def _start(self) -> None:
-        """Reset the envs: seeded on a fresh run; on a resume, rebuilt from the checkpoint."""
-        restore, self._restore = self._restore, None
-        if restore is None:
-            self._obs, _ = self.envs.reset(seed=self.seed)
-            return
-        if not self._replayable or restore.get("episode_rng") is None:
-            log.warning("resumed with fresh episodes: the envs (%s) cannot be rebuilt from the "
-                        "checkpoint, so the run does not continue bitwise",
-                        type(self.envs).__name__)
-            self._obs, _ = self.envs.reset(seed=self.seed + self.env_steps)
-            self._prev_done[:] = False
-            return
-        n = self.envs.num_envs
-        seeds: list[int | None] = []
-        for i in range(n):
-            state = self._ep_rng[i]
-            seeds.append(self.seed + i if state is None else None)
-            if state is not None:
-                _set_rng_state(self.envs, i, state)
-        obs, _ = self.envs.reset(seed=seeds)
-        saved = np.asarray(restore["obs"])
-        exact = True
-        for i in range(n):
-            if self._prev_done[i]:
-                # Its episode had ended: the next step resets it from the state kept then.
-                _set_rng_state(self.envs, i, self._next_rng[i])
-                self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
-                continue
-            for action in self._ep_actions[i]:
-                obs_i = self.envs.envs[i].step(action)[0]  # type: ignore[attr-defined]
-                obs[i] = obs_i
-            exact = exact and np.array_equal(obs[i], saved[i])
-        if not exact:
-            log.warning("resumed: replaying the episodes in progress did not reproduce their "
-                        "observations (the env is not a function of its seed and actions), so "
-                        "the run continues from the replayed states, not bitwise")
-            saved = np.where(self._prev_done.reshape(n, *([1] * (obs.ndim - 1))), saved, obs)
-        self._obs = saved.astype(obs.dtype, copy=False)
 
     # ------------------------------------------------------------------------------ checkpoint
     def _exploration(self, env_steps: int) -> dict[str, float]:
@@ -292,20 +237,10 @@ class ReplayCollector(EnvCollector):
             "env_steps": self.env_steps, "yielded": self.yielded,
             "exploration": self._exploration(self.env_steps),
             "buffer": self.buffer.state_dict(contents=self.save_buffer),
-            "prev_done": self._prev_done.tolist(),
-            "ep_return": self._ep_return.tolist(), "ep_length": self._ep_length.tolist(),
-            "finished": self.episodes.state_dict(),
+            **self._env_state(self._obs),
         }
         if self._generator is not None:
             state["generator"] = self._generator.get_state()
-        if self._obs is not None:
-            state["obs"] = torch.from_numpy(np.array(self._obs))
-            if self._replayable:
-                state["episode_rng"] = _plain(self._ep_rng)
-                state["next_rng"] = _plain(self._next_rng)
-                state["episode_actions"] = [
-                    torch.from_numpy(np.array(a)) if a else None for a in self._ep_actions
-                ]
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -330,76 +265,9 @@ class ReplayCollector(EnvCollector):
             log.warning("resumed without the replay buffer: the checkpoint left out its %d "
                         "transitions (task.replay.save_buffer=false), so training continues "
                         "from an empty buffer, not exactly", int(state["buffer"]["size"]))
-        self._prev_done = np.asarray(state["prev_done"], dtype=bool)
-        self._ep_return = np.asarray(state["ep_return"], dtype=np.float64)
-        self._ep_length = np.asarray(state["ep_length"], dtype=np.int64)
-        self.episodes.load_state_dict(state.get("finished", [0, 0.0, 0]))
+        self._load_env_state(state)
         self._restore_generator(state.get("generator"))
         self._obs = None
-        self._restore = {"obs": state["obs"].numpy(), "episode_rng": state.get("episode_rng")} \
-            if "obs" in state else None
-        if "episode_rng" in state:
-            self._ep_rng = list(state["episode_rng"])
-            self._next_rng = list(state["next_rng"])
-            self._ep_actions = [[] if a is None else list(a.numpy())
-                                for a in state["episode_actions"]]
-
-
-def _rng_state(envs: Any, i: int) -> dict[str, Any]:
-    """What env copy ``i`` draws its next episode from, as plain data: its ``np_random``
-    generator's state and, for a MinAtar game (whose sticky actions and spawns draw from a
-    ``RandomState`` of its own, and whose sticky action repeats the previous episode's last
-    one), that generator's state and the last action."""
-    env = envs.envs[i].unwrapped
-    state: dict[str, Any] = {"np_random": copy.deepcopy(env.np_random.bit_generator.state)}
-    game = getattr(env, "game", None)
-    if isinstance(getattr(game, "random", None), np.random.RandomState):
-        _, keys, pos, has_gauss, cached = game.random.get_state()
-        state["game"] = {"keys": keys.tolist(), "pos": int(pos), "has_gauss": int(has_gauss),
-                         "cached_gaussian": float(cached),
-                         "last_action": int(getattr(game, "last_action", 0))}
-    return state
-
-
-def _set_rng_state(envs: Any, i: int, state: dict[str, Any]) -> None:
-    """Put back :func:`_rng_state`'s ``state`` (or a bare generator state, as checkpoints of
-    earlier versions hold) into env copy ``i``."""
-    env = envs.envs[i].unwrapped
-    env.np_random.bit_generator.state = copy.deepcopy(state.get("np_random", state))
-    game = state.get("game")
-    if game is not None:
-        keys = np.asarray(game["keys"], dtype=np.uint32)
-        env.game.random.set_state(("MT19937", keys, game["pos"], game["has_gauss"],
-                                   game["cached_gaussian"]))
-        # The game's one generator, as its seed() shares it (a resumed copy was never seeded).
-        env.game.env.random = env.game.random
-        env.game.last_action = game["last_action"]
-
-
-def _check_rng_state(env: Any, state: Any) -> None:
-    """Raise (TypeError, ValueError, KeyError) unless ``state`` is one :func:`_set_rng_state`
-    puts into ``env`` (the unwrapped copy) unchanged."""
-    if not isinstance(state, dict):
-        raise TypeError(state)
-    copy.deepcopy(env.np_random.bit_generator).state = state.get("np_random", state)
-    game = state.get("game")
-    if game is None:
-        return
-    if not isinstance(getattr(getattr(env, "game", None), "random", None),
-                      np.random.RandomState):
-        raise KeyError("game")
-    keys = game["keys"]
-    if not (isinstance(keys, list) and len(keys) == 624
-            and all(type(k) is int and 0 <= k < 2**32 for k in keys)
-            and type(game["pos"]) is int and 0 <= game["pos"] <= 624
-            and game["has_gauss"] in (0, 1) and isinstance(game["cached_gaussian"], float)
-            and type(game["last_action"]) is int and game["last_action"] >= 0):
-        raise ValueError(game)
-
-
-def _plain(states: list[dict[str, Any] | None]) -> list[dict[str, Any] | None]:
-    # Bit-generator states are dicts of ints and strings: plain data for weights_only loads.
-    return [None if s is None else copy.deepcopy(s) for s in states]
 
 
 def _key(name: str) -> str:
@@ -447,69 +315,4 @@ def check_replay_state(data: ReplayCollector, state: Any) -> None:
     if not is_count(added) or added > steps:
         raise fail("buffer.added", added, f"a whole number in [0, {steps}] (the transitions "
                    f"{steps} env steps stored; fewer after a resume without the buffer)")
-    n = data.envs.num_envs
-    per_copy = {"prev_done": (lambda v: isinstance(v, bool), "true or false"),
-                "ep_return": (lambda v: is_real(v) and math.isfinite(v), "a finite number"),
-                "ep_length": (is_count, "a whole number >= 0")}
-    for key, (test, want) in per_copy.items():
-        value = state.get(key)
-        if not isinstance(value, list) or len(value) != n or not all(map(test, value)):
-            raise fail(key, value, f"a list of {n} entries (one per env copy), each {want}")
-    finished = state.get("finished", [0, 0.0, 0])
-    recent = finished[3] if isinstance(finished, list) and len(finished) == 4 else []
-    if not (isinstance(finished, list) and len(finished) in (3, 4) and is_count(finished[0])
-            and is_real(finished[1]) and math.isfinite(finished[1]) and is_count(finished[2])
-            and isinstance(recent, list) and len(recent) <= EpisodeStats.RECENT
-            and all(is_real(r) and math.isfinite(r) for r in recent)):
-        raise fail("finished", finished, "[episodes, sum of returns, sum of lengths] and at "
-                   f"most {EpisodeStats.RECENT} recent finite returns")
-    generator = state.get("generator")
-    if generator is not None:
-        try:  # a CPU state is tried on a scratch generator; a CUDA one is 16 bytes
-            if generator.numel() != 16:
-                torch.Generator().set_state(generator)
-        except (AttributeError, RuntimeError, TypeError):
-            raise fail("generator", generator, "the state of a torch generator") from None
-    obs = state.get("obs")
-    if obs is None:
-        return
-    shape = (n, *data.envs.single_observation_space.shape)
-    if not isinstance(obs, torch.Tensor) or tuple(obs.shape) != shape or not bool(
-            torch.isfinite(obs.float()).all()):
-        raise fail("obs", obs, f"a finite tensor of shape {shape}")
-    if "episode_rng" in state:
-        _check_replay(data, state, n)
-
-
-def _check_replay(data: ReplayCollector, state: dict[str, Any], n: int) -> None:
-    """The envs' replay entries: each RNG state one the copy's generator takes, the actions
-    since each episode's start ones its action space holds."""
-    if not data._replayable:
-        raise BeyondfitError("episode_rng: the checkpoint replays env copies these envs "
-                             f"({type(data.envs).__name__}) cannot rebuild")
-    space = data.envs.single_action_space
-    for key in ("episode_rng", "next_rng", "episode_actions"):
-        if not isinstance(state.get(key), list) or len(state[key]) != n:
-            raise BeyondfitError(f"{key} is not a list of {n} entries (one per env copy)")
-    for i in range(n):
-        for key in ("episode_rng", "next_rng"):
-            entry = state[key][i]
-            if entry is None:
-                if key == "next_rng" and state["prev_done"][i]:
-                    raise BeyondfitError(f"next_rng[{i}] is missing: env copy {i} ended its "
-                                         "episode, and its next one starts from that state")
-                continue
-            try:
-                _check_rng_state(data.envs.envs[i].unwrapped, entry)
-            except (TypeError, ValueError, KeyError, AttributeError):
-                raise BeyondfitError(f"{key}[{i}] is not a state of env copy {i}'s random "
-                                     "generator") from None
-        actions = state["episode_actions"][i]
-        count = 0 if actions is None else len(actions)
-        if actions is not None and not (isinstance(actions, torch.Tensor) and all(
-                space.contains(a) for a in actions.numpy())):
-            raise BeyondfitError(f"episode_actions[{i}] holds actions outside the env's "
-                                 f"action space {space}")
-        if not state["prev_done"][i] and count != state["ep_length"][i]:
-            raise BeyondfitError(f"episode_actions[{i}] holds {count} actions, but its episode "
-                                 f"has run {state['ep_length'][i]} steps (ep_length[{i}])")
+    data._check_env_state(state)

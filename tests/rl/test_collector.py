@@ -180,6 +180,71 @@ def test_state_dict_round_trip():
     assert other.env_steps == 32
 
 
+def _resumable(seed: int = 3) -> RolloutCollector:
+    # Copies that are envs of their own (SyncVectorEnv): what an exact resume replays.
+    envs = make_vector_env("CartPole-v1", 4, sync=True)
+    torch.manual_seed(0)  # the same policy weights on both sides
+    policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,))
+    return RolloutCollector(envs, policy, num_steps=16, total_env_steps=10**6, seed=seed,
+                            epochs=2, minibatches=3)
+
+
+@pytest.mark.parametrize("taken", [1, 4, 6, 7, 13])  # mid-epoch, epoch end, rollout end
+def test_a_collector_restored_at_any_batch_yields_the_same_batches_as_one_never_stopped(taken):
+    import copy
+
+    first = _resumable()
+    it = iter(first)
+    for _ in range(taken):
+        next(it)
+    state = copy.deepcopy(first.state_dict())
+    later = [next(it) for _ in range(20)]  # crosses rollouts and CartPole episode ends
+    resumed = _resumable()
+    resumed.load_state_dict(state)
+    again = iter(resumed)
+    for want in later:
+        got = next(again)
+        assert all(torch.equal(u, v) for u, v in zip(got, want, strict=True))
+    assert resumed.env_steps == first.env_steps
+    assert resumed.state_dict()["ep_length"] == first.state_dict()["ep_length"]
+
+
+@pytest.mark.parametrize("doctor, message", [
+    (lambda s: s["rollout"].update(perm=torch.arange(3)), r"^rollout\.perm=.* is not a "
+     r"permutation of the \d+ rows"),
+    (lambda s: s["rollout"].update(epoch=2), r"^rollout\.epoch=2 is not a whole number below "
+     r"epochs=2"),
+    (lambda s: s["rollout"]["fields"].update(obs=s["rollout"]["fields"]["obs"][:, :2]),
+     r"^rollout\.fields\.obs=a tensor of shape \(\d+, 2\) is not observations of shape"),
+    (lambda s: s["rollout"]["fields"].update(obs=torch.zeros(3, 4)),
+     r"^rollout\.fields\.actions=a tensor of shape \(\d+,\) is not a finite tensor of 3 rows"),
+    (lambda s: s["rollout"]["fields"].pop("returns"), r"^rollout\.fields="),
+    (lambda s: s.update(running_return=[0.0]), r"^running_return=\[0\.0\] is not a list of "
+     r"4 finite numbers"),
+    (lambda s: s.update(rollout_start=10**6), r"^rollout_start=1000000 is not at most "),
+    (lambda s: s["episode_actions"].__setitem__(0, torch.tensor([0, 5])),
+     r"^episode_actions\[0\] holds actions outside"),
+])
+def test_a_doctored_rollout_state_is_one_line_and_changes_nothing(doctor, message):
+    import copy
+
+    from beyondfit.core.state.checks import FieldError
+
+    first = _resumable()
+    it = iter(first)
+    for _ in range(4):
+        next(it)
+    state = copy.deepcopy(first.state_dict())
+    doctor(state)
+    other = _resumable()
+    before = copy.deepcopy(other.state_dict())
+    with pytest.raises(FieldError, match=message):
+        other.load_state_dict(state)
+    after = other.state_dict()
+    assert after.keys() == before.keys() and after["env_steps"] == before["env_steps"]
+    assert "rollout" not in after
+
+
 def test_continuous_actions_are_clipped_for_the_env_only():
     envs = make_vector_env("Pendulum-v1", 2)
     policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,),

@@ -147,6 +147,20 @@ def test_target_kl_compares_the_epoch_mean_and_starts_afresh():
     assert monitor() is False  # nothing recorded: no reason to stop
 
 
+def test_target_kl_saved_mid_epoch_resumes_the_same_mean():
+    monitor, resumed = TargetKL(0.02), TargetKL(0.02)
+    monitor.record(torch.tensor(0.01))
+    resumed.load_state_dict(monitor.state_dict())  # a checkpoint after the first minibatch
+    for m in (monitor, resumed):
+        m.record(torch.tensor(0.04))
+    assert monitor() is resumed() is True and monitor.last == resumed.last
+    for doctored in ({"sum": None, "count": 2, "last": None},
+                     {"sum": torch.tensor(float("nan")), "count": 1, "last": None},
+                     {"sum": None, "count": 0, "last": "high"}):
+        with pytest.raises(BeyondfitError, match=r"^stop_epochs\."):
+            resumed.load_state_dict(doctored)
+
+
 @pytest.mark.parametrize("target", [0, -0.1, True, "x"])
 def test_bad_target_kl_is_a_clear_error(target):
     with pytest.raises(BeyondfitError, match="target_kl"):

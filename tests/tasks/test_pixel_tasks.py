@@ -129,6 +129,25 @@ def test_minatar_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
 
 
+@pytest.mark.e2e
+@pytest.mark.runs("conf/experiment/tuned/minatar_ppo.yaml")
+def test_minatar_ppo_killed_with_sigkill_mid_rollout_and_resumed_ends_bitwise_equal(
+        tmp_path: Path) -> None:
+    # 10 rollouts of 8 envs x 32 steps, 4 epochs x 4 minibatches each: 160 engine steps; a
+    # checkpoint every 7 falls inside rollouts and epochs, and SIGKILL comes mid-run.
+    overrides = ["+task=minatar", "algo=ppo", "task.total_env_steps=2560",
+                 "task.collector.rollout_steps=32", "task.eval_every_env_steps=100000",
+                 "task.eval_episodes=1", "task.confirm_episodes=1", "checkpoint.every=7"]
+    got, expected, context = killed_and_resumed(overrides, 160, tmp_path, kill_from=40)
+    for key in ("generator", "running_return", "ep_return", "ep_length", "finished"):
+        same = got["data"][key] == expected["data"][key] if not isinstance(
+            expected["data"][key], torch.Tensor) else torch.equal(got["data"][key],
+                                                                  expected["data"][key])
+        assert same, f"data.{key} differs ({context})"
+    assert torch.equal(got["data"]["obs"], expected["data"]["obs"]), context
+    assert expected["data"]["obs"].dtype == torch.bool, context  # boards as the env gives them
+
+
 #: docs/how-to/pixels.md's DQN lines, each run as typed with a tiny budget.
 DQN_LINES = ("python -m beyondfit +task=minatar task.env=MinAtar/SpaceInvaders-v1 algo=dqn",
              "python -m beyondfit +task=atari task.env=ALE/Pong-v5 algo=dqn")

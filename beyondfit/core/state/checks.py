@@ -70,7 +70,8 @@ def check_fields(state: Any, kinds: Mapping[str, str]) -> None:
 
 
 def fail(field: str, value: Any, want: str) -> FieldError:
-    """``FIELD=VALUE is not WANT`` (the value shortened)."""
-    shown = repr(value)
+    """``FIELD=VALUE is not WANT`` (the value shortened; a tensor by its shape)."""
+    shape = getattr(value, "shape", None)
+    shown = f"a tensor of shape {tuple(shape)}" if shape is not None else repr(value)
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     return FieldError(f"{field}={shown} is not {want}")
