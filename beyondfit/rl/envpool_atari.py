@@ -47,6 +47,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.rl.suites import register_family
 
 #: How to get envpool, said where it is missing.
 INSTALL = "pip install envpool"
@@ -104,6 +105,7 @@ def envpool_options(env_id: str, wrappers: Sequence[Any] = (),
     if not str(env_id).startswith("ALE/"):
         raise NoEquivalent(f"task.vectorization=envpool steps Atari games "
                            f"(task.env=ALE/NAME-v5), and task.env={env_id!r} is not one")
+    register_family(env_id)  # Gymnasium knows ALE/ ids once ale-py is imported
     spec = gym.spec(env_id)
     kwargs = {**dict(spec.kwargs), **dict(env_kwargs or {})}
     game = str(kwargs.pop("game", ""))
@@ -209,6 +211,7 @@ class EnvPoolVectorEnv(VectorEnv):
                                f"not installed: {INSTALL} (or task.vectorization=sync)") from None
         self.task, self.options = task, dict(options)
         self.num_envs = num_envs
+        register_family(env_id)
         self.spec = gym.spec(env_id)
         pool_spec = self._envpool.make_spec(task, num_envs=num_envs, **self.options)
         single = pool_spec.gymnasium_observation_space
