@@ -148,6 +148,26 @@ def test_minatar_ppo_killed_with_sigkill_mid_rollout_and_resumed_ends_bitwise_eq
     assert expected["data"]["obs"].dtype == torch.bool, context  # boards as the env gives them
 
 
+@pytest.mark.parametrize("task, features", [("minatar", 128), ("atari", 512)])
+def test_pixel_dqn_presets_build_the_papers_network_a_linear_head_on_the_encoder(
+        task: str, features: int) -> None:
+    # The comparison with SB3 (net_arch=[]) and CleanRL holds only for the same network:
+    # algo=dqn's default hidden layers must not slip in between.
+    pytest.importorskip("minatar" if task == "minatar" else "ale_py")
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR, build_task
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", [f"+task={task}", "algo=dqn", "task.replay.buffer_size=100"])
+    built = build_task(cfg.task)
+    head = built.model.q.head
+    linears = [m for m in head.modules() if isinstance(m, torch.nn.Linear)]
+    assert len(linears) == 1 and linears[0].in_features == features, head
+    built.train_data.close()
+    built.val_data.close()
+
+
 #: docs/how-to/pixels.md's DQN lines, each run as typed with a tiny budget.
 DQN_LINES = ("python -m beyondfit +task=minatar task.env=MinAtar/SpaceInvaders-v1 algo=dqn",
              "python -m beyondfit +task=atari task.env=ALE/Pong-v5 algo=dqn")
