@@ -13,6 +13,7 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.rl import envpool_atari  # envpool itself is imported only when a pool is made
 from beyondfit.rl.policies import check_spaces
 from beyondfit.rl.suites import register_family
 
@@ -179,8 +180,6 @@ def _pool_or_none(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn],
                   env_kwargs: Mapping[str, Any], vectorization: str) -> VectorEnv | None:
     """The copies in envpool; for ``auto``, ``None`` (then ``sync``) where envpool is missing
     or has no equivalent of the wrappers, said in the run's log either way."""
-    from beyondfit.rl import envpool_atari
-
     missing = ("sync (Gymnasium's wrappers; envpool, faster for Atari, is not installed: "
                f"{envpool_atari.INSTALL})")
     if vectorization == "auto" and not envpool_atari.envpool_installed():
