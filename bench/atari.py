@@ -8,6 +8,7 @@
     python bench/atari.py --table                            # the tables from the kept files
     python bench/atari.py --suite minatar --table
     python bench/atari.py --suite minatar-aux    # issue 45: PPO with each auxiliary loss
+    python bench/atari.py --suite atari100k      # issue 45: DQN on Atari 100k, with and without
 
 The smoke checks (``tests/bench/test_atari_bench.py`` runs these lines as typed here, into a
 temporary folder instead of /tmp/pixels):
@@ -78,6 +79,11 @@ SpaceInvaders, 500,000 env steps, seeds 1-3, once per ``task.aux`` variant (``no
 table gives each variant's per-seed returns, their IQM with a 95% bootstrap interval
 (``beyondfit.cli.intervals``, as ``python -m beyondfit.compare`` computes it), the confirming
 greedy evaluation and CPU time against ``none``.
+
+**Atari-100k suite** (self-supervision inside RL, the data-efficient benchmark): beyondfit DQN
+with ``+experiment=atari100k`` on ``ALE/Breakout-v5`` (no sticky actions), 100,000 agent
+steps, seed 1, with ``task.aux`` none, ``shift`` (DrQ) and ``self_prediction``; the table
+puts the published per-game means beside it (``PUBLISHED_100K``).
 
 A beyondfit run is read from its run directory: ``metrics.jsonl``'s ``kind: train`` rows
 (``env_steps``; ``episode_return_100`` if the task logs a mean of the last 100 episodes,
@@ -158,7 +164,21 @@ SUITES: dict[str, dict[str, Game]] = {
                 "asterix": Game("asterix", "MinAtar/Asterix-v1")},
     "minatar-aux": {"breakout": Game("breakout", "MinAtar/Breakout-v1"),
                     "space_invaders": Game("space_invaders", "MinAtar/SpaceInvaders-v1")},
+    "atari100k": {"breakout": Game("breakout", "ALE/Breakout-v5")},
 }
+#: What each suite's beyondfit runs select on the command line. (1) Gymnasium's wrappers, as
+#: CleanRL and SB3 step them (and as seeds 1-2 were measured): envpool, which ``auto`` picks
+#: for Atari where it is installed, draws its own no-op starts and sticky actions and keeps the
+#: frame stack across a lost life (docs/how-to/pixels.md); it collects 1.04x sync's env steps
+#: per CPU-second in a PPO run here (bench/results/collect.md).
+SUITE_TASK = {"atari": ["+task=atari", "task.vectorization=sync"],  # (1)
+              "minatar": ["+task=minatar"],
+              "minatar-aux": ["+task=minatar"],
+              "atari100k": ["+experiment=atari100k"]}  # the Atari task and DQN in it
+#: Atari 100k per-game means of 100 runs each (Agarwal et al. 2021's released scores, as
+#: ../shared/PRIOR_ART.md section 7.8 computed them; eval with epsilon 0.001, no sticky actions).
+PUBLISHED_100K = {"breakout": {"DrQ(eps)": 19.8, "SPR": 19.6, "CURL": 2.6, "random": 1.7,
+                               "human": 30.5}}
 #: The auxiliary losses the ``minatar-aux`` suite compares (``task.aux=[NAME]``), none first.
 AUX_VARIANTS = ("none", "shift", "reconstruction", "self_prediction")
 #: suite -> method -> (label, default budget, default seeds, games run by default).
@@ -178,6 +198,15 @@ METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]]
         "beyondfit-dqn": ("beyondfit `+task=minatar algo=dqn`", 500_000, (1, 2),
                           ("breakout", "space_invaders")),
     },
+    "atari100k": {
+        f"beyondfit-dqn-{aux}": (
+            f"beyondfit `+experiment=atari100k task.aux=[{'' if aux == 'none' else aux}]`",
+            100_000,
+            (1,),
+            ("breakout",),
+        )
+        for aux in ("none", "shift", "self_prediction")
+    },
     "minatar-aux": {
         f"beyondfit-ppo-{aux}": (f"beyondfit PPO, `task.aux=[{'' if aux == 'none' else aux}]`",
                                  500_000, (1, 2, 3), ("breakout", "space_invaders"))
@@ -191,6 +220,8 @@ BASELINE = {
     "minatar": {"sb3-ppo": "sb3-ppo", "sb3-dqn": "sb3-dqn", "beyondfit-ppo": "sb3-ppo",
                 "beyondfit-dqn": "sb3-dqn"},
     "minatar-aux": {f"beyondfit-ppo-{aux}": "beyondfit-ppo-none" for aux in AUX_VARIANTS},
+    "atari100k": {f"beyondfit-dqn-{aux}": "beyondfit-dqn-none"
+                  for aux in ("none", "shift", "self_prediction")},
 }
 BASE_NAME = {"atari": "CleanRL", "minatar": "SB3"}
 LAST = 100  # training episodes averaged for a run's return
@@ -400,7 +431,7 @@ def beyondfit_command(suite: str, method: str, game: Game, seed: int, budget: in
     """The command line of a beyondfit run (``beyondfit-ALGO`` or ``beyondfit-ALGO-AUX``)."""
     _, algo, *aux = method.split("-", 2)
     aux_override = [] if not aux else [f"task.aux=[{'' if aux[0] == 'none' else aux[0]}]"]
-    return [sys.executable, "-m", "beyondfit", f"+task={suite.split('-')[0]}", f"algo={algo}",
+    return [sys.executable, "-m", "beyondfit", *SUITE_TASK[suite], f"algo={algo}",
             f"task.env={game.env}", f"seed={seed}", f"task.total_env_steps={budget}",
             *aux_override, "threads=1", "plots=false", f"hydra.run.dir={run_dir}"]
 
@@ -456,7 +487,9 @@ def run_beyondfit(suite: str, method: str, game: Game, seed: int, budget: int, w
 
 RUNNERS = {"cleanrl": run_cleanrl, "sb3-ppo": run_sb3, "sb3-dqn": run_sb3,
            "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit,
-           **{f"beyondfit-ppo-{aux}": run_beyondfit for aux in AUX_VARIANTS}}
+           **{f"beyondfit-ppo-{aux}": run_beyondfit for aux in AUX_VARIANTS},
+           **{f"beyondfit-dqn-{aux}": run_beyondfit for aux in ("none", "shift",
+                                                               "self_prediction")}}
 
 
 # ------------------------------------------------------------------------------------- results
@@ -569,19 +602,19 @@ def kept_runs(results: Path, suite: str,
     return kept
 
 
-def aux_table(results: Path, seeds: list[int] | None = None) -> str:
-    """Markdown for the ``minatar-aux`` suite: per game and auxiliary loss, each seed's
+def aux_table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
+    """Markdown for an auxiliary-loss suite (``minatar-aux``, ``atari100k``): per game and
+    auxiliary loss, each seed's
     last-100 training return and confirming greedy return, the IQM of the seeds' training
     returns with its 95% bootstrap interval (``beyondfit.cli.intervals.iqm_interval``, what
     ``python -m beyondfit.compare`` reports), and CPU time against no auxiliary loss."""
     from beyondfit.cli.intervals import iqm_interval
 
-    suite = "minatar-aux"
     kept = kept_runs(results, suite, seeds)
     lines = [f"| game (env steps) | task.aux | seeds | return, last {LAST} training episodes, "
              "per seed | IQM [95% CI] | greedy (confirming eval), per seed | median CPU s | "
              "CPU vs none |", "|---|---|---:|---|---|---|---:|---:|"]
-    games, methods = list(SUITES["minatar-aux"]), list(METHODS["minatar-aux"])
+    games, methods = list(SUITES[suite]), list(METHODS[suite])
     for (game, method, budget), runs in sorted(
             kept.items(), key=lambda kv: (games.index(kv[0][0]), kv[0][2],
                                           methods.index(kv[0][1]))):
@@ -595,7 +628,7 @@ def aux_table(results: Path, seeds: list[int] | None = None) -> str:
         greedy = ", ".join("–" if r["greedy_return"] is None else f"{r['greedy_return']:.2f}"
                            for r in runs)
         lines.append(
-            f"| {SUITES['minatar-aux'][game].env} ({budget:,}) | "
+            f"| {SUITES[suite][game].env} ({budget:,}) | "
             f"{method.split('-', 2)[2]} | {len(runs)} | "
             f"{', '.join('–' if x is None else f'{x:.2f}' for x in rets)} | "
             f"{'–' if mid is None else f'{mid:.2f} [{low:.2f}, {high:.2f}]'} | "
@@ -608,13 +641,23 @@ def aux_table(results: Path, seeds: list[int] | None = None) -> str:
              "session. Return: mean raw score of the last 100 training episodes; greedy: "
              "the run's confirming evaluation (`result.json`, 20 episodes). IQM over the "
              "seeds with the exact bootstrap interval (with 3 runs the IQM is their mean)."]
+    if suite == "atari100k":
+        published = "; ".join(f"{g}: " + ", ".join(f"{k} {v}" for k, v in p.items())
+                              for g, p in PUBLISHED_100K.items())
+        notes = ["", "DQN with `+experiment=atari100k` (DrQ(eps)'s schedule as far as this DQN "
+                 "goes: no 10-step returns or dueling heads; conf/experiment/atari100k.yaml), "
+                 "without and with an auxiliary loss on its encoder. Greedy: the confirming "
+                 "evaluation, 100 games (the protocol's count; greedy, where the published "
+                 "runs act with epsilon 0.001). Published per-game means of 100 runs "
+                 f"(Agarwal et al. 2021's released scores, ../shared/PRIOR_ART.md 7.8): "
+                 f"{published}."]
     return "\n".join(lines + notes) + "\n"
 
 
 def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
     """Markdown: one row per (game, method, budget) from the kept files, and the notes."""
-    if suite == "minatar-aux":
-        return aux_table(results, seeds)
+    if suite in ("minatar-aux", "atari100k"):
+        return aux_table(results, suite, seeds)
     kept = kept_runs(results, suite, seeds)
     lines = [f"| game (env steps) | method | seeds | return, last {LAST} training episodes, per "
              f"seed | mean | median CPU s | CPU vs {BASE_NAME[suite]} | env steps / CPU s | "

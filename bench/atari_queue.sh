@@ -43,9 +43,13 @@ if [ "${OURS:-1}" != 0 ]; then
   for game in breakout space_invaders; do
     for seed in 1 2; do run --suite minatar --run beyondfit-dqn "$game" "$seed"; done
   done
+  for aux in none shift self_prediction; do  # issue 45: Atari 100k, about an hour each
+    run --suite atari100k --run "beyondfit-dqn-$aux" breakout 1
+  done
 fi
 [ -n "${DRY_RUN:-}" ] && exit 0
 python bench/atari.py --table > /dev/null
 python bench/atari.py --suite minatar --table > /dev/null
 python bench/atari.py --suite minatar-aux --table > /dev/null
+python bench/atari.py --suite atari100k --table > /dev/null
 echo "$(date '+%F %T') queue done"

@@ -29,6 +29,9 @@ LINES = {
         ["q/aux/curl", "q/aux/curl/accuracy"],
     "python -m beyondfit +task=minatar 'task.aux=[shift,{_target_:mymod.curl,weight:0.5}]'":
         ["aux/curl"],
+    # conf/experiment/atari100k.yaml, on a tiny budget
+    "python -m beyondfit +experiment=atari100k 'task.aux=[shift]'":
+        ["q/loss"],
 }
 TINY = ["task.eval_episodes=1", "task.confirm_episodes=1", "logger=[]", *QUIET]
 #: What each algorithm's budget needs to reach a few updates.
@@ -49,13 +52,13 @@ def own_module(where: Path) -> None:
 
 
 @pytest.mark.e2e
-@pytest.mark.runs(*LINES)
+@pytest.mark.runs(*LINES, "conf/experiment/atari100k.yaml")
 @pytest.mark.parametrize("line", list(LINES))
 def test_the_pages_commands_train_with_their_terms(tmp_path: Path, line: str) -> None:
     assert page_lines().count(line) == 1
     own_module(tmp_path)
     run = tmp_path / "run"
-    budget = BUDGET["dqn" if "algo=dqn" in line else "ppo"]
+    budget = BUDGET["dqn" if "algo=dqn" in line or "atari100k" in line else "ppo"]
     done = cli(*shlex.split(line)[3:], *budget, *TINY, f"hydra.run.dir={run}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     logged = {key for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
