@@ -5,9 +5,13 @@
     python bench/tabular.py --override optimizer.lr=0.003   # try a setting on every table
 
 Tables: smooth nonlinear ones generated with known structure (500-5,000 rows, 4-20 columns),
-scikit-learn's bundled diabetes, digits, breast cancer and wine, and three generated nonlinear
-classification tables with text columns and text labels (1,200-15,000 rows;
-``bench/class_tables.py``: thresholds, interactions, ordinal classes). For each of 3 seeded
+scikit-learn's bundled diabetes, digits, breast cancer and wine, and eleven generated nonlinear
+classification tables with text columns and text labels (1,200-15,000 rows, 2-6 classes;
+``bench/class_tables.py``): issue 24's three (thresholds, interactions, ordinal classes),
+issue 47's tuning set (switch2000, ring8000, city3000, skew10000: rules a category switches,
+columns of noise, a 40-category text column, heavy tails; the classification defaults were
+chosen on these) and its held-out set (the same rules at other sizes and seeds: switch1200s1,
+ring4000s1, city6000s1, skew5000s1). For each of 3 seeded
 splits, 20% of the rows are held out (stratified for classes) and every model is fit on the
 other 80% and scored on the held-out rows:
 
@@ -126,6 +130,24 @@ PROBLEMS = [
             class_tables.quadrant_table, nonlinear=True),
     Problem("threshold15000", "thresholds 15000x11, 3 classes", "classification",
             class_tables.threshold_table, nonlinear=True),
+    # Issue 47: the tuning set (the defaults were chosen on these, at seed 0) ...
+    Problem("switch2000", "switch 2000x13, 2 classes", "classification",
+            class_tables.switch_table, nonlinear=True),
+    Problem("ring8000", "rings 8000x17, 5 classes", "classification",
+            class_tables.ring_table, nonlinear=True),
+    Problem("city3000", "cities 3000x8, 2 classes", "classification",
+            class_tables.city_table, nonlinear=True),
+    Problem("skew10000", "skewed 10000x11, 6 classes", "classification",
+            class_tables.skew_table, nonlinear=True),
+    # ... and the held-out set: the same rules at other sizes and seeds, never tuned on.
+    Problem("switch1200s1", "switch 1200x13, 2 classes (seed 1)", "classification",
+            lambda: class_tables.switch_table(1200, seed=1), nonlinear=True),
+    Problem("ring4000s1", "rings 4000x17, 5 classes (seed 1)", "classification",
+            lambda: class_tables.ring_table(4000, seed=1), nonlinear=True),
+    Problem("city6000s1", "cities 6000x8, 2 classes (seed 1)", "classification",
+            lambda: class_tables.city_table(6000, seed=1), nonlinear=True),
+    Problem("skew5000s1", "skewed 5000x11, 6 classes (seed 1)", "classification",
+            lambda: class_tables.skew_table(5000, seed=1), nonlinear=True),
 ]
 KEYS = {p.key: p for p in PROBLEMS}
 
