@@ -568,7 +568,7 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
     out.update(suite=suite, method=method, game=game, env=g.env, seed=seed, budget=budget,
                env_steps_per_cpu_second=out["env_steps"] / out["cpu_seconds"],
                versions=versions(), commit=_commit(), machine=platform.machine(),
-               cpu=_cpu_name(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+               cpu=cpu_name(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"))
     args.results.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=1) + "\n")
@@ -580,7 +580,8 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
     return out
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (what a result was measured on)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -46,6 +45,8 @@ import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from atari import cpu_name  # bench/ is this script's folder, first on its path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -139,16 +140,6 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def run_all(args: argparse.Namespace) -> dict:
     """Every measurement, interleaved over the vectorizations ``--repeats`` times."""
     kinds = ["step"] + (["ppo"] if args.ppo_steps else [])
@@ -161,7 +152,7 @@ def run_all(args: argparse.Namespace) -> dict:
                 runs[kind][vectorization].append(result)
                 print(kind, vectorization, result, file=sys.stderr, flush=True)
     return {
-        "date": time.strftime("%Y-%m-%d"), "cpu": _cpu_name(), "cores": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d"), "cpu": cpu_name(), "cores": os.cpu_count(),
         "load_average": [round(x, 2) for x in os.getloadavg()],
         "versions": {n: _version(n) for n in ("torch", "gymnasium", "ale-py", "envpool",
                                               "numpy", "opencv-python-headless")},
