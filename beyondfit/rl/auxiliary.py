@@ -18,7 +18,8 @@ Off-policy, the update's name prefixes the logs (``q/aux/reconstruction``).
 The built-ins (options in ``task.aux_options.NAME``; each needs image observations):
 
 - ``shift``: DrQ's random shift (Kostrikov, Yarats et al. 2020): each frame padded by ``pad``
-  pixels repeating its border, then cropped back at a random offset. Not a term: it changes the
+  pixels repeating its border (``auto``: DrQ's 4 of 84 in proportion to the frame's height, at
+  least 1), then cropped back at a random offset. Not a term: it changes the
   batch the RL loss (and any term after it) sees. Q-learning (``dqn_loss``) averages its TD
   target over ``k`` shifted next observations and its loss over ``m`` shifted observations
   (DrQ's K and M; the batch carries them as ``obs_views``/``next_views``); other losses see one
@@ -65,7 +66,7 @@ Closure = Callable[[nn.Module, Any], Any]
 
 #: The built-in names ``task.aux`` takes, and their options' defaults (``task.aux_options``).
 BUILTINS: dict[str, dict[str, Any]] = {
-    "shift": {"pad": 4, "k": 2, "m": 2},
+    "shift": {"pad": "auto", "k": 2, "m": 2},
     "reconstruction": {"weight": 1.0, "latent": 1.0e-6},
     "self_prediction": {"weight": 1.0, "rate": 0.01, "projection": 128, "hidden": 256},
 }
@@ -126,6 +127,15 @@ ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.ReplayBatch` as `
     it on: ``obs`` and ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)``
     and ``next_views`` ``(k * B, ...)`` hold all of them, view-major (``dqn_loss`` averages over
     them; a loss that does not know them reads the first)."""
+
+
+def shift_pad(space: gym.Space) -> int:
+    """``task.aux_options.shift.pad=auto``: DrQ's 4 pixels of an 84-pixel frame, in proportion
+    to the image's height, at least 1 (a MinAtar board of 10 shifts by 1: 4 would move it by
+    40% and wash out what the agent must see)."""
+    shape = tuple(space.shape)
+    height = shape[0] if channels_last(shape) or len(shape) == 2 else shape[-2]
+    return max(1, round(4 * height / 84))
 
 
 def random_shift(obs: torch.Tensor, pad: int = 4) -> torch.Tensor:
@@ -295,7 +305,8 @@ def resolve(aux: Any, options: Mapping[str, Any] | None, observation_space: gym.
                     "task (+task=minatar, +task=atari) or drop it")
             if entry == "shift":
                 o = settings["shift"]
-                shift = Shift(o["pad"], o["k"], o["m"])
+                pad = shift_pad(observation_space) if o["pad"] == "auto" else o["pad"]
+                shift = Shift(pad, o["k"], o["m"])
             elif entry == "reconstruction":
                 terms.append(reconstruction(observation_space, **settings["reconstruction"]))
             else:
@@ -334,8 +345,9 @@ def _options(options: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
                                  f"{', '.join(defaults)}")
         settings[name] = {**defaults, **mine}
     s = settings["shift"]
-    check_number("task.aux_options.shift.pad", s["pad"], integer=True, at_least=0,
-                 example="task.aux_options.shift.pad=4")
+    if s["pad"] != "auto":
+        check_number("task.aux_options.shift.pad", s["pad"], integer=True, at_least=0,
+                     example="task.aux_options.shift.pad=4 (or auto)")
     for key in ("k", "m"):
         check_number(f"task.aux_options.shift.{key}", s[key], integer=True, at_least=1,
                      example=f"task.aux_options.shift.{key}=2")

@@ -78,6 +78,18 @@ def _q_agent() -> QAgent:
     return agent
 
 
+def test_the_shift_is_drqs_4_of_84_pixels_in_proportion_unless_given() -> None:
+    # On a 10x10 MinAtar board DrQ's 4 pixels would move it by 40%: PPO with it learned
+    # nothing on Breakout (last-100 return 0.8 against 4.6 without it, 500k env steps).
+    assert resolve(["shift"], None, BOARD, ACTIONS).shift.pad == 1
+    assert resolve(["shift"], None, FRAMES, ACTIONS).shift.pad == 4
+    assert resolve(["shift"], None, gym.spaces.Box(0, 255, (64, 64, 3), np.uint8),
+                   ACTIONS).shift.pad == 3
+    assert resolve(["shift"], {"shift": {"pad": 4}}, BOARD, ACTIONS).shift.pad == 4
+    with pytest.raises(BeyondfitError, match=r"task\.aux_options\.shift\.pad"):
+        resolve(["shift"], {"shift": {"pad": "wide"}}, BOARD, ACTIONS)
+
+
 @pytest.mark.parametrize("double", [False, True])
 def test_drq_averages_k_targets_and_m_losses(double: bool) -> None:
     agent, batch = _q_agent(), _replay_batch(BOARD)
