@@ -661,10 +661,10 @@ def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
         return aux_table(results, suite, seeds)
     kept = kept_runs(results, suite, seeds)
     lines = [f"| game (env steps) | method | seeds | return, last {LAST} training episodes, per "
-             f"seed | mean | median CPU s | CPU vs {BASE_NAME[suite]} | env steps / CPU s | "
-             "peak RSS MiB | "
+             f"seed | mean | median | median CPU s | CPU vs {BASE_NAME[suite]} | "
+             "env steps / CPU s | peak RSS MiB | "
              "median wall s |",
-             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     order = list(METHODS[suite])
     for (game, method, budget), runs in sorted(
             kept.items(), key=lambda kv: (list(SUITES[suite]).index(kv[0][0]), kv[0][2],
@@ -676,10 +676,12 @@ def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
         rets = [r["return_last100"] for r in runs]
         mean = statistics.fmean(x for x in rets if x is not None) if any(
             x is not None for x in rets) else None
+        finite = [x for x in rets if x is not None]
+        median = f"{statistics.median(finite):.2f}" if finite else "–"
         lines.append(
             f"| {SUITES[suite][game].env} ({budget:,}) | {METHODS[suite][method][0]} | "
             f"{len(runs)} | {', '.join('–' if x is None else f'{x:.1f}' for x in rets)} | "
-            f"{'–' if mean is None else f'{mean:.1f}'} | {cpu:.0f} | {ratio} | "
+            f"{'–' if mean is None else f'{mean:.1f}'} | {median} | {cpu:.0f} | {ratio} | "
             f"{statistics.median(r['env_steps_per_cpu_second'] for r in runs):,.0f} | "
             f"{max(r['peak_rss_mib'] for r in runs):,.0f} | "
             f"{statistics.median(r['wall_seconds'] for r in runs):.0f} |")
