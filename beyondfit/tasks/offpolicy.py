@@ -66,8 +66,7 @@ def build(
     vectorization: str = "auto",
     aux: Sequence[Any] = (),
     aux_options: Mapping[str, Any] | None = None,
-    critic_hidden: Any = None,
-    init: Any = None,
+    **policy_gradient: Any,
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
@@ -82,30 +81,16 @@ def build(
         env, wrappers, seed, num_envs, eval_every_env_steps, eval_episodes, target_return,
             confirm_episodes, encoder, env_kwargs, vectorization, aux, aux_options: as for
             :func:`beyondfit.tasks.policy_gradient.build` (the encoder inside the Q network
-            or the critic; the copies stepped in this process, ``async`` and ``envpool``
-            refused, ``auto`` taking ``sync`` for Atari).
+            or the critic; the copies stepped here: ``async``, ``envpool`` refused).
         gamma, hidden, activation, normalize, log_std_init: the task's; the algo files hand
-            the first three on (``task.agent.hidden``); ``normalize`` must be off.
-        critic_hidden, init: the policy-gradient policy's (``conf/base/rl.yaml``); here they
-            must stay ``None``: the agent's critic sizes are ``task.agent.critic_hidden``, and
-            its layers start from torch's initialization.
+            the first three on (``task.agent.hidden``). ``normalize`` and the policy-gradient
+            policy's options (``critic_hidden``, ``init``) must be off.
     """
     started = time.perf_counter()
     check_run_counts(num_envs=num_envs, total_env_steps=total_env_steps,
                      eval_every_env_steps=eval_every_env_steps, eval_episodes=eval_episodes,
                      confirm_episodes=confirm_episodes)
-    if normalize:
-        raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
-                             "available to the off-policy algorithms; set task.normalize=null")
-    if critic_hidden is not None:
-        sizes = list(critic_hidden) if isinstance(critic_hidden, Sequence) else critic_hidden
-        raise BeyondfitError(f"task.critic_hidden={sizes} sizes the policy-gradient critic; an "
-                             "off-policy agent's critics are sized by task.agent.critic_hidden: "
-                             f"write +task.agent.critic_hidden={sizes} instead")
-    if init not in (None, "default"):
-        raise BeyondfitError(f"task.init={init!r} is for the policy-gradient policy; the "
-                             "off-policy agents start from torch's initialization: set "
-                             "task.init=null")
+    _refuse_policy_gradient_options(normalize, **policy_gradient)
     settings = _replay_settings(replay)
     envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
                            vectorization=vectorization)  # copies a resume can rebuild
@@ -123,6 +108,19 @@ def build(
     except BaseException:
         envs.close()
         raise
+
+
+def _refuse_policy_gradient_options(normalize: Any, critic_hidden: Any = None,
+                                    init: Any = None) -> None:
+    """The task keys of conf/base/rl.yaml only a policy-gradient policy reads: set, each is one
+    line saying what the off-policy agent does instead."""
+    if normalize:
+        raise BeyondfitError(f"task.normalize={normalize!r}: running normalization is not "
+                             "available to the off-policy algorithms; set task.normalize=null")
+    if critic_hidden is not None or init not in (None, "default"):
+        raise BeyondfitError("task.critic_hidden and task.init shape the policy-gradient policy; "
+                             "an off-policy agent's critics are sized by +task.agent.critic_hidden"
+                             "=[...] and start from torch's initialization: set both to null")
 
 
 def _replay_settings(replay: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -658,3 +658,17 @@ def test_sacs_temperature_reads_the_actors_sample_of_the_same_minibatch_or_says_
     with pytest.raises(BeyondfitError, match="'a' gave nothing"):
         handoff.take()  # once per minibatch
     assert (critic.name, actor.name, alpha.name) == ("critic", "actor", "alpha")
+
+
+@pytest.mark.parametrize("override", ["task.critic_hidden=[32]", "task.init=orthogonal",
+                                      "task.normalize=true"])
+def test_policy_gradient_options_are_one_line_for_an_off_policy_task(override: str) -> None:
+    from hydra import compose, initialize_config_dir
+
+    from beyondfit.cli.run import CONF_DIR, build_task
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", ["+task=pendulum", "algo=sac", override])
+    with pytest.raises(BeyondfitError, match=r"^task\.(critic_hidden|normalize)") as caught:
+        build_task(cfg.task)
+    assert "\n" not in str(caught.value)
