@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One short GPU check (6 minutes on an H200): the tests that need CUDA, then regression and
+# One short GPU check (6 minutes on an H200, before the pixel runs): the tests that need CUDA
+# (the rollout collector's resume among them), then regression and
 # CartPole with device=cuda in fp32, bf16 and fp16 (and DDP over NCCL), each timed against the
 # same run on the CPU, then the compiled step on CUDA (engine.compile=true, and max: CUDA graphs
-# for evaluation) for regression and Pendulum SAC. Prints a table; the run directories and logs stay in $OUT
+# for evaluation) for regression and Pendulum SAC, then the pixel tasks (MinAtar and Atari, PPO
+# and DQN, each resumed once). Prints a table; the run directories and logs stay in $OUT
 # (or a temp dir).
 #
 #   bash bench/gpu_check.sh                    # on a machine with CUDA
@@ -37,6 +39,7 @@ EOF
 echo "== tests that need CUDA (and the precision tests)"
 start=$(date +%s.%N)
 if timeout 150 python -m pytest -q -p no:cacheprovider tests/core/test_cuda.py tests/core/test_precision.py \
+        tests/rl/test_collector.py \
         > "$OUT/pytest.log" 2>&1; then
     verdict=ok
 else
@@ -92,6 +95,14 @@ done
 # to the GPU first).
 run "reg-$DEVICE-ckernel" regression "$DEVICE" 32 "${REG[@]}" engine.compile=true \
     'task.hidden=[1536,1536]'
+
+echo "== pixels (+debug=fast: a few steps, then a resume from the step-1 checkpoint)"
+# uint8 frames and bool boards to the device, each encoder there, DQN's replay sampled on the
+# device, and PPO's rollout saved mid-epoch (its shuffle and generator on the device) and resumed.
+run "minatar-ppo-$DEVICE" minatar "$DEVICE" 32 +debug=fast
+run "minatar-dqn-$DEVICE" minatar "$DEVICE" 32 algo=dqn +debug=fast
+run "atari-ppo-$DEVICE" atari "$DEVICE" 32 +debug=fast
+run "atari-dqn-$DEVICE" atari "$DEVICE" 32 algo=dqn +debug=fast
 
 echo "== DDP: torchrun, one process per GPU (NCCL; Gloo on a dry run)"
 NPROC=$(python -c "import torch; print(max(1, torch.cuda.device_count()) if '$DEVICE' == 'cuda' else 2)")

@@ -230,6 +230,7 @@ class RolloutCollector(EnvCollector):
         if self._batch is not None:  # resumed mid-rollout: its schedules, then the rest of it
             self._batch = type(self._batch)(*(None if f is None else f.to(device)
                                               for f in self._batch))
+            self._perm = None if self._perm is None else self._perm.to(device)
             for hook in self.rollout_hooks:
                 hook(self)
             yield from self._epochs()

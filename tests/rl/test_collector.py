@@ -180,26 +180,32 @@ def test_state_dict_round_trip():
     assert other.env_steps == 32
 
 
-def _resumable(seed: int = 3) -> RolloutCollector:
+def _resumable(seed: int = 3, device: str = "cpu") -> RolloutCollector:
     # Copies that are envs of their own (SyncVectorEnv): what an exact resume replays.
     envs = make_vector_env("CartPole-v1", 4, sync=True)
     torch.manual_seed(0)  # the same policy weights on both sides
     policy = ActorCritic(envs.single_observation_space, envs.single_action_space, hidden=(8,))
-    return RolloutCollector(envs, policy, num_steps=16, total_env_steps=10**6, seed=seed,
-                            epochs=2, minibatches=3)
+    return RolloutCollector(envs, policy.to(device), num_steps=16, total_env_steps=10**6,
+                            seed=seed, epochs=2, minibatches=3)
 
 
-@pytest.mark.parametrize("taken", [1, 4, 6, 7, 13])  # mid-epoch, epoch end, rollout end
-def test_a_collector_restored_at_any_batch_yields_the_same_batches_as_one_never_stopped(taken):
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.parametrize("taken, device", [
+    (1, "cpu"), (4, "cpu"), (6, "cpu"), (7, "cpu"), (13, "cpu"),  # mid-epoch, epoch/rollout end
+    pytest.param(4, "cuda", marks=CUDA)])  # the shuffle and generator on the device
+def test_a_collector_restored_at_any_batch_yields_the_same_batches_as_one_never_stopped(
+        taken, device):
     import copy
 
-    first = _resumable()
+    first = _resumable(device=device)
     it = iter(first)
     for _ in range(taken):
         next(it)
     state = copy.deepcopy(first.state_dict())
     later = [next(it) for _ in range(20)]  # crosses rollouts and CartPole episode ends
-    resumed = _resumable()
+    resumed = _resumable(device=device)
     resumed.load_state_dict(state)
     again = iter(resumed)
     for want in later:
