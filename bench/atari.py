@@ -17,6 +17,8 @@ temporary folder instead of /tmp/pixels):
   python bench/atari.py --run sb3-ppo breakout 1 --budget 1024 --results /tmp/pixels
   python bench/atari.py --suite minatar-aux --budget 2048 --results /tmp/pixels \\
       --run beyondfit-ppo-self_prediction breakout 1
+  python bench/atari.py --suite atari100k --budget 1700 --results /tmp/pixels \\
+      --run beyondfit-dqn-shift breakout 1
 
 Every run is a subprocess of this script, timed from the outside: ``os.wait4`` gives the
 child's CPU seconds (user + system, its own waited-for children included) and its peak RSS;

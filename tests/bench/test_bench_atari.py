@@ -92,6 +92,23 @@ def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, t
     assert "aux" not in atari.table(tmp_path / "pixels", "minatar")
 
 
+def test_atari100k_smoke_command_runs_dqn_with_the_shift_and_says_the_published_means(
+        atari, tmp_path):
+    pytest.importorskip("ale_py")
+    (line,) = [c for c in smoke_lines(atari) if "--suite atari100k" in c]
+    argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
+    argv = [sys.executable if a == "python" else a for a in argv]
+    argv += ["--work", str(tmp_path / "work")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (path,) = (tmp_path / "pixels").glob("atari100k-beyondfit-dqn-shift-breakout-1700-seed1.json")
+    result = json.loads(path.read_text())
+    assert "+experiment=atari100k" in result["command"] and "task.aux=[shift]" in result["command"]
+    assert result["env_steps"] > 1600 and result["greedy_return"] is not None  # updates ran
+    table = (tmp_path / "pixels" / "atari100k.md").read_text()
+    assert "| shift | 1 |" in table and "DrQ(eps) 19.8" in table
+
+
 def test_cleanrl_stdout_reader(atari):
     text = ("SPS: 271\nglobal_step=904, episodic_return=[2.]\n"
             "global_step=1256, episodic_return=4.0\nother line\n")
