@@ -11,10 +11,10 @@ CartPole-v1 at most 50,000 env steps, LunarLander-v3 100,000), the task's stop r
 mean over the evaluation's episodes at or above the target: CartPole 475 over 20 episodes every
 2,500 env steps, LunarLander 200 over 10 every 5,000) and its confirming evaluation (100 fresh
 greedy episodes: "solved" only if it holds; at the end too). Kept per seed under ``--results``
-(``bench/results/dqn-TASK/seedS/``: the run directory, and ``summary.json``): whether it was
-solved, the env steps when it stopped, the confirmed return, and the run's CPU time (the whole
-process: building, training, evaluations). A seed whose ``summary.json`` exists is not run
-again. Results are written, never asserted on: times depend on the machine.
+(``bench/results/dqn-TASK/seedS.json``, its run directory ``seedS/`` beside it, not kept in
+git): whether it was solved, the env steps when it stopped, the confirmed return, and the run's
+CPU time (the whole process: building, training, evaluations). A seed whose ``seedS.json``
+exists is not run again. Results are written, never asserted on: times depend on the machine.
 
 ``--method sb3`` runs Stable-Baselines3's DQN with the same RL-Zoo settings (hyperparams/dqn.yml)
 under the same protocol, in a process of its own as well: the same greedy evaluation (envs
@@ -127,7 +127,7 @@ def sb3_main(task: str, seed: int, run_dir: Path, budget: int) -> None:
 
 def run_seed(task: str, seed: int, results: Path, overrides: list[str], method: str,
              budget: int) -> dict:  # fmt: skip
-    """One run in a process of its own; its summary (also ``results/seedS/summary.json``)."""
+    """One run in a process of its own; its summary (also ``results/seedS.json``)."""
     run_dir = results / f"seed{seed}"
     if method == "sb3":
         command = [sys.executable, str(Path(__file__).resolve()), "--task", task, "--sb3-one",
@@ -162,7 +162,7 @@ def run_seed(task: str, seed: int, results: Path, overrides: list[str], method: 
                "commit": commit}  # fmt: skip
     if method != "sb3":  # of the per-step rows (which stay local, untracked), the curve alone
         summary["curve"] = curve(rows)
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (results / f"seed{seed}.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 
 
@@ -196,7 +196,7 @@ def _commit() -> str:
 
 def table(results: Path, seeds: list[int] | None = None) -> str:
     """The kept seeds (all, or those of ``seeds``) as a markdown table, and their medians."""
-    found = sorted((json.loads(p.read_text()) for p in results.glob("seed*/summary.json")),
+    found = sorted((json.loads(p.read_text()) for p in results.glob("seed*.json")),
                    key=lambda s: s["seed"])
     if seeds is not None:
         found = [s for s in found if s["seed"] in seeds]
@@ -235,7 +235,7 @@ def main(argv: list[str] | None = None) -> str:
     args.results.mkdir(parents=True, exist_ok=True)
     if not args.table:
         for seed in [0, 1, 2] if args.seeds is None else args.seeds:
-            if not (args.results / f"seed{seed}" / "summary.json").exists():
+            if not (args.results / f"seed{seed}.json").exists():
                 summary = run_seed(args.task, seed, args.results, args.overrides, args.method,
                                    budget)
                 print(json.dumps(summary), flush=True)

@@ -74,7 +74,7 @@ def test_dqn_cartpole_bench_runs_a_seed_and_tables_it(tmp_path: Path, method: st
     tiny = ["task.eval_every_env_steps=1500", "task.confirm_episodes=3", "task.hidden=[16]"]
     args = ["--seeds", "0", "--budget", "1500", "--method", method, "--results", str(tmp_path)]
     text = bench.main([*args, *(tiny if method == "beyondfit" else [])])
-    summary = __import__("json").loads((tmp_path / "seed0" / "summary.json").read_text())
+    summary = __import__("json").loads((tmp_path / "seed0.json").read_text())
     # 1,500 env steps: too few to solve (SB3 collects its 256-step chunks whole: 1,536).
     assert summary["env_steps"] == {"beyondfit": 1500, "sb3": 1536}[method]
     assert not summary["solved"]
