@@ -91,21 +91,10 @@ class ReplayCollector(EnvCollector):
 
     split = ("total_env_steps", "learning_starts")
 
-    def __init__(
-        self,
-        envs: VectorEnv,
-        agent: ExploringAgent,
-        *,
-        total_env_steps: int,
-        buffer_size: int = 1_000_000,
-        batch_size: int = 256,
-        learning_starts: int = 100,
-        updates_per_step: float | None = 1.0,
-        train_freq: int | None = None,
-        gradient_steps: int = 1,
-        seed: int = 0,
-        save_buffer: bool = True,
-    ) -> None:
+    def __init__(self, envs: VectorEnv, agent: ExploringAgent, *, total_env_steps: int,
+                 buffer_size: int = 1_000_000, batch_size: int = 256, learning_starts: int = 100,
+                 updates_per_step: float | None = 1.0, train_freq: int | None = None,
+                 gradient_steps: int = 1, seed: int = 0, save_buffer: bool = True) -> None:
         for name, value in (("total_env_steps", total_env_steps), ("batch_size", batch_size),
                             ("buffer_size", buffer_size)):
             check_number(f"task.{_key(name)}", value, integer=True, above=0)

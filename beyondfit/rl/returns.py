@@ -23,21 +23,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+#: A rollout's per-step arrays, ``(T, N)`` (values ``(T + 1, N)``): a tensor or a NumPy array.
+Steps = torch.Tensor | np.ndarray
 
-def _as_numpy(x: torch.Tensor | np.ndarray) -> np.ndarray:
+
+def _as_numpy(x: Steps) -> np.ndarray:
     # The recursion runs row by row: NumPy's per-call cost is a fraction of torch's on tiny rows.
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy()
     return np.asarray(x)
 
 
-def discounted_returns(
-    rewards: torch.Tensor | np.ndarray,
-    values: torch.Tensor | np.ndarray,
-    terminated: torch.Tensor | np.ndarray,
-    truncated: torch.Tensor | np.ndarray,
-    gamma: float,
-) -> torch.Tensor:
+def discounted_returns(rewards: Steps, values: Steps, terminated: Steps, truncated: Steps,
+                       gamma: float) -> torch.Tensor:
     """Monte-Carlo returns to go, ``G[t] = r[t] + gamma * G[t + 1]``, cut at every episode end.
 
     Bootstraps from ``values[t + 1]`` where a time limit truncated the episode and from
@@ -63,14 +61,8 @@ def discounted_returns(
     return torch.from_numpy(out)
 
 
-def gae_advantages(
-    rewards: torch.Tensor | np.ndarray,
-    values: torch.Tensor | np.ndarray,
-    terminated: torch.Tensor | np.ndarray,
-    truncated: torch.Tensor | np.ndarray,
-    gamma: float,
-    gae_lambda: float,
-) -> torch.Tensor:
+def gae_advantages(rewards: Steps, values: Steps, terminated: Steps, truncated: Steps,
+                   gamma: float, gae_lambda: float) -> torch.Tensor:
     """Generalized advantage estimates (Schulman et al. 2016), cut at every episode end.
 
     ``delta[t] = r[t] + gamma * values[t + 1] * (1 - terminated[t]) - values[t]`` and
