@@ -129,13 +129,8 @@ class CompiledUpdate:
     def __init__(self, update: Update, model: nn.Module, precision: Precision, check: bool,
                  whole: bool, report: CompileReport, cuda_graphs: bool, device: torch.device
                  ) -> None:  # fmt: skip
-        self.update = update
-        self.model = model
-        self.precision = precision
-        self.check = check
-        self.report = report
-        self.cuda_graphs = cuda_graphs
-        self.device = device
+        self.update, self.model, self.precision, self.check = update, model, precision, check
+        self.report, self.cuda_graphs, self.device = report, cuda_graphs, device
         self.label = f"optimizer {update.name!r}" if update.name else "the optimizer"
         self.ready = False  # after this optimizer's first (eager) step
         self.targets = [(copy, torch.zeros((), device=device))
