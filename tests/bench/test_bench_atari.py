@@ -71,18 +71,25 @@ def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp
     assert json.loads(path.read_text()) == result
 
 
-def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, tmp_path):
-    pytest.importorskip("minatar")
-    (line,) = [c for c in smoke_lines(atari) if "--suite minatar-aux" in c]
+def run_suite_smoke_line(atari, suite: str, tmp_path) -> dict:
+    """The docstring's smoke line of ``suite``, as typed into ``tmp_path``: its one result."""
+    (line,) = [c for c in smoke_lines(atari) if f"--suite {suite} " in c]
     argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
     argv = [sys.executable if a == "python" else a for a in argv]
     argv += ["--work", str(tmp_path / "work")]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = (tmp_path / "pixels").glob("minatar-aux-beyondfit-ppo-self_prediction-*.json")
-    result = json.loads(path.read_text())
+    (path,) = (tmp_path / "pixels").glob(f"{suite}-*.json")
+    return json.loads(path.read_text())
+
+
+def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, tmp_path):
+    pytest.importorskip("minatar")
+    result = run_suite_smoke_line(atari, "minatar-aux", tmp_path)
+    assert result["method"] == "beyondfit-ppo-self_prediction" and result["budget"] == 2048
     assert "task.aux=[self_prediction]" in result["command"] and result["env_steps"] >= 2048
-    run_dir = tmp_path / "work" / path.stem / "run"
+    stem = "minatar-aux-beyondfit-ppo-self_prediction-breakout-2048-seed1"
+    run_dir = tmp_path / "work" / stem / "run"
     logged = (run_dir / "metrics.jsonl").read_text()
     assert '"aux/self_prediction"' in logged  # the auxiliary term was trained and logged
     table = (tmp_path / "pixels" / "minatar-aux.md").read_text()
@@ -95,14 +102,8 @@ def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, t
 def test_atari100k_smoke_command_runs_dqn_with_the_shift_and_says_the_published_means(
         atari, tmp_path):
     pytest.importorskip("ale_py")
-    (line,) = [c for c in smoke_lines(atari) if "--suite atari100k" in c]
-    argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
-    argv = [sys.executable if a == "python" else a for a in argv]
-    argv += ["--work", str(tmp_path / "work")]
-    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = (tmp_path / "pixels").glob("atari100k-beyondfit-dqn-shift-breakout-1700-seed1.json")
-    result = json.loads(path.read_text())
+    result = run_suite_smoke_line(atari, "atari100k", tmp_path)
+    assert result["method"] == "beyondfit-dqn-shift" and result["budget"] == 1700
     assert "+experiment=atari100k" in result["command"] and "task.aux=[shift]" in result["command"]
     assert result["env_steps"] > 1600 and result["greedy_return"] is not None  # updates ran
     table = (tmp_path / "pixels" / "atari100k.md").read_text()
