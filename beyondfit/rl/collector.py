@@ -551,6 +551,10 @@ class RolloutCollector(EnvCollector):
             obs = fields.get(key)
             if obs is not None and (tuple(obs.shape[1:]) != space.shape or obs.dtype != dtype):
                 raise fail(f"rollout.fields.{key}", obs, f"observations of shape {space.shape}")
+        actions, n = fields["actions"], getattr(self.envs.single_action_space, "n", None)
+        if n is not None and (actions.is_floating_point() or bool((actions < 0).any())
+                              or bool((actions >= int(n)).any())):
+            raise fail("rollout.fields.actions", actions, f"action indices in [0, {int(n)})")
         epoch, yielded, perm = rollout.get("epoch"), rollout.get("yielded"), rollout.get("perm")
         if not (is_count(epoch) and epoch < self.epochs):
             raise fail("rollout.epoch", epoch, f"a whole number below epochs={self.epochs}")

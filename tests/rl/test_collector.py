@@ -225,6 +225,8 @@ def test_a_collector_restored_at_any_batch_yields_the_same_batches_as_one_never_
     (lambda s: s["rollout"]["fields"].update(obs=torch.zeros(3, 4)),
      r"^rollout\.fields\.actions=a tensor of shape \(\d+,\) is not a finite tensor of 3 rows"),
     (lambda s: s["rollout"]["fields"].pop("returns"), r"^rollout\.fields="),
+    (lambda s: s["rollout"]["fields"]["actions"].__setitem__(0, 7),
+     r"^rollout\.fields\.actions=a tensor of shape \(\d+,\) is not action indices in \[0, 2\)"),
     (lambda s: s.update(running_return=[0.0]), r"^running_return=\[0\.0\] is not a list of "
      r"4 finite numbers"),
     (lambda s: s.update(rollout_start=10**6), r"^rollout_start=1000000 is not at most "),
