@@ -124,6 +124,12 @@ class Window:
         self.micro = 0
         for slot in self.slots:
             slot.applied, slot.synced, slot.pending = 0, False, None
+            if slot.program is not None and slot.update.steps:
+                # A loaded optimizer that has stepped has its state: its next step runs
+                # compiled, as it did in the run that saved it (an eager step there would
+                # differ from the compiled one in the last bits, and the resume would not be
+                # bitwise the uninterrupted run).
+                slot.program.warm_up()
 
     # ---------------------------------------------------------------- the window's parts
     def _open(self) -> None:

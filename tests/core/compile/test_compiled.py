@@ -202,6 +202,31 @@ def test_a_compiled_run_saves_what_an_eager_run_loads(traced, step_kind, accumul
         assert type(again.optimizer.param_groups[0]["lr"]) is float
 
 
+@pytest.mark.e2e  # inductor builds kernels (a compiler process)
+def test_a_compiled_run_resumed_from_its_checkpoint_is_bitwise_the_uninterrupted_one(
+        tmp_path) -> None:
+    # A fresh run takes its first step eagerly (the optimizer's state is built then) and the
+    # rest compiled. A resumed run once did the same: its first step was eager where the
+    # uninterrupted run's was compiled, and the weights differed in the last bits from there.
+    def engine():
+        model = _model()
+        return Engine(model, _mse_logs, torch.optim.RMSprop(model.parameters(), 1e-2,
+                                                            centered=True),
+                      device="cpu", compile=True)
+
+    x, y = sum_data(96)
+    whole, data = engine(), TensorBatches(x, y, batch_size=16, seed=0)
+    whole.fit(data, epochs=1, verbose=False)
+    whole.save(tmp_path / "epoch1.pt")
+    whole.fit(data, epochs=1, verbose=False)  # (each call: that many more)
+    resumed, data = engine(), TensorBatches(x, y, batch_size=16, seed=0)
+    resumed.load(tmp_path / "epoch1.pt")
+    resumed.fit(data, epochs=2, verbose=False)  # after a load: counted from the start
+    assert resumed.compile_report.eager == {}
+    for key, value in whole.model.state_dict().items():
+        assert torch.equal(resumed.model.state_dict()[key], value), key
+
+
 def test_raise_names_the_step_as_eager_does(traced) -> None:
     x, y = sum_data(64)
     y[40] = float("nan")
