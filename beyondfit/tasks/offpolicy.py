@@ -22,6 +22,7 @@ from typing import Any
 
 from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.rl.agents import AGENTS
 from beyondfit.rl.algorithm import OffPolicyUpdate, engine_updates
 from beyondfit.rl.auxiliary import resolve as resolve_aux
@@ -95,7 +96,8 @@ def build(
     envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
                            vectorization=vectorization)  # copies a resume can rebuild
     try:
-        model, description = _agent(agent, envs, encoder, env, wrappers, env_kwargs)
+        model, description = _agent(agent, envs, encoder, env, wrappers, env_kwargs,
+                                    total_env_steps)
         auxiliary = resolve_aux(aux, aux_options, *_spaces(envs))
         updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
@@ -143,14 +145,22 @@ def _spaces(envs: Any) -> tuple[Any, Any]:
 
 
 def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
-           wrappers: Sequence[WrapperFn], env_kwargs: Mapping[str, Any] | None
-           ) -> tuple[Any, dict[str, Any]]:  # fmt: skip
+           wrappers: Sequence[WrapperFn], env_kwargs: Mapping[str, Any] | None,
+           total_env_steps: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The agent ``task.agent`` describes (its ``kind``, a key of
     :data:`~beyondfit.rl.agents.AGENTS`, and that class's options; ``encoder`` unless it names
     its own) for ``envs``' spaces, and what ``policy.json`` says of it and its env as plain
-    data: the agent alone (the parts the algorithm adds, targets, are training's)."""
+    data: the agent alone (the parts the algorithm adds, targets, are training's).
+
+    ``task.agent.exploration_steps`` (DQN) states epsilon's schedule in env steps, as papers
+    do, whatever the run's length: it becomes the ``exploration_fraction`` of this run."""
     options = dict(agent or {})
     options.setdefault("encoder", encoder)
+    steps = options.pop("exploration_steps", None)
+    if steps is not None:
+        check_number("task.agent.exploration_steps", steps, above=0,
+                     example="task.agent.exploration_steps=100000")
+        options["exploration_fraction"] = min(1.0, steps / total_env_steps)
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
         raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "

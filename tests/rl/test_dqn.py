@@ -215,6 +215,30 @@ def test_the_task_builds_dqn_with_its_target_and_leaves_the_target_out_of_the_po
     assert task.eval_every == round(5_000 * 2 / 4)
 
 
+@pytest.mark.parametrize(("steps", "total", "fraction"), [(50, 200, 0.25), (500, 200, 1.0)])
+def test_exploration_steps_set_epsilon_s_schedule_in_env_steps(steps: int, total: int,
+                                                               fraction: float) -> None:
+    from beyondfit.tasks.offpolicy import build
+
+    task = build(dqn_loss(), env="CartPole-v1", total_env_steps=total, eval_episodes=1,
+                 agent={"kind": "q", "hidden": [8], "exploration_steps": steps},
+                 replay={"learning_starts": 20, "batch_size": 4})  # fmt: skip
+    task.train_data.close()
+    task.val_data.close()
+    assert task.model.fraction == fraction
+    assert task.model.epsilon(min(1.0, steps / total)) == pytest.approx(task.model.final_eps)
+
+
+@pytest.mark.parametrize("steps", [0, "many", True])
+def test_bad_exploration_steps_are_one_line_errors(steps) -> None:
+    from beyondfit.tasks.offpolicy import build
+
+    with pytest.raises(BeyondfitError, match=r"task\.agent\.exploration_steps") as info:
+        build(dqn_loss(), env="CartPole-v1", total_env_steps=100, eval_episodes=1,
+              agent={"kind": "q", "exploration_steps": steps})
+    assert "\n" not in str(info.value)
+
+
 # --------------------------------------------------------------------------- the command line
 TINY = ["task.total_env_steps=600", "task.replay.learning_starts=100", "task.eval_episodes=2",
         "task.eval_every_env_steps=300", "task.hidden=[32,32]", "task.confirm_episodes=2",
