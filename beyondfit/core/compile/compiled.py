@@ -82,7 +82,7 @@ def compile_steps(compile: Any, updates: list[Update], model: nn.Module, precisi
         return report, programs
     if device.type == "cpu":  # what a CPU graph does without what this torch lacks
         for name in ("realize_key", "graph_pass", "fallback_random", "size_asserts",
-                     "alignment_asserts"):
+                     "alignment_asserts", "vector_isa_check"):
             why = missing(name)
             if why:
                 report.left_out(FEATURES[name].serves, f"this torch: {why}")

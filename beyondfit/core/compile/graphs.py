@@ -182,6 +182,10 @@ def inductor(gm: Any, example_inputs: Any, patches: dict[str, Any] | None) -> An
     """Compile one traced graph with inductor (``patches``: its config for this graph)."""
     from torch._inductor.compile_fx import compile_fx
 
+    from beyondfit.core.compile.vector_isa import remember_loads
+
+    remember_loads()
+
     return compile_fx(gm, example_inputs, config_patches=patches)
 
 

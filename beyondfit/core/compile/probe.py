@@ -148,6 +148,15 @@ def _graph_pass() -> str | None:
     return None
 
 
+def _vector_isa_check() -> str | None:
+    source = _source_of("torch._inductor.cpu_vec_isa")
+    if source is None:
+        return "no torch._inductor.cpu_vec_isa"
+    if "def _probe_load(self, output_path: str) -> bool:" not in source:
+        return "torch._inductor.cpu_vec_isa.VecISA has no _probe_load(self, output_path)"
+    return None
+
+
 def _inductor_setting(key: str) -> Callable[[], str | None]:
     def check() -> str | None:
         from torch._inductor import config
@@ -177,6 +186,9 @@ FEATURES = {f.name: f for f in (
             _inductor_setting("size_asserts")),
     Feature("alignment_asserts", "a CPU graph's code without alignment checks", False,
             _inductor_setting("alignment_asserts")),
+    Feature("vector_isa_check", "inductor's check of the CPU's vector instructions, "
+            "remembered between processes (a warm compiled run's start)", False,
+            _vector_isa_check),
 )}  # fmt: skip
 
 
