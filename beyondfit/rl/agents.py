@@ -370,11 +370,15 @@ class QAgent(nn.Module):
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
                 progress: float = 0.0) -> torch.Tensor:  # fmt: skip
         """The collector's actions (indices ``(B,)``): epsilon-greedy at ``progress``."""
-        greedy = self.q(obs).argmax(1)
-        shape, device = greedy.shape, greedy.device
+        shape, device = obs.shape[:1], obs.device
         chance = torch.rand(shape, generator=generator, device=device)
         uniform = torch.randint(self.n_actions, shape, generator=generator, device=device)
-        return torch.where(chance < self.epsilon(progress), uniform, greedy)
+        explore = chance < self.epsilon(progress)
+        # Every copy exploring: no forward pass (most steps early in a run). Asked on the CPU
+        # only, where the answer costs no wait for the device.
+        if device.type == "cpu" and bool(explore.all()):
+            return uniform
+        return torch.where(explore, uniform, self.q(obs).argmax(1))
 
     def act(self, obs: torch.Tensor, greedy: bool = True,
             generator: torch.Generator | None = None) -> torch.Tensor:  # fmt: skip

@@ -87,6 +87,21 @@ def test_epsilon_falls_linearly_over_its_fraction_of_the_run_then_stays() -> Non
     assert torch.equal(agent.act(obs[:5]), greedy[:5])  # play and evaluation: greedy
 
 
+def test_a_step_where_every_copy_explores_skips_the_forward_pass() -> None:
+    space = gym.spaces.Box(-1, 1, (3,))
+    agent = QAgent(space, gym.spaces.Discrete(4), hidden=(8,), exploration_fraction=0.5,
+                   exploration_initial_eps=1.0, exploration_final_eps=0.0)  # fmt: skip
+    calls = []
+    agent.q.register_forward_hook(lambda *a: calls.append(1))
+    obs = torch.randn(2, 3)
+    first = agent.explore(obs, torch.Generator().manual_seed(1), progress=0.0)
+    assert calls == []  # epsilon 1: uniform actions, no Q values needed
+    again = agent.explore(obs, torch.Generator().manual_seed(1), progress=0.0)
+    assert torch.equal(first, again)
+    greedy = agent.explore(obs, torch.Generator().manual_seed(1), progress=1.0)
+    assert calls == [1] and torch.equal(greedy, agent(obs).argmax(1))
+
+
 def test_the_collector_explores_with_the_agents_epsilon_at_the_runs_progress() -> None:
     data = q_collector(total_env_steps=400, learning_starts=0, fraction=0.5)
     seen = []
