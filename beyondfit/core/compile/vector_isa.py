@@ -39,8 +39,8 @@ def remember_loads() -> None:
         return
     from torch._inductor.cpu_vec_isa import VecISA
 
-    check = VecISA.__dict__["_probe_load"]
-    if getattr(check, "remembers", False):
+    check = VecISA.__dict__.get("_probe_load")
+    if check is None or getattr(check, "remembers", False):
         return
 
     def _probe_load(isa: Any, output_path: str) -> bool:
