@@ -96,13 +96,12 @@ def build(
     envs = make_vector_env(env, num_envs, wrappers, sync=True, env_kwargs=env_kwargs,
                            vectorization=vectorization)  # copies a resume can rebuild
     try:
-        model, description = _agent(agent, envs, encoder, env, wrappers, env_kwargs,
-                                    total_env_steps)
+        model, described = _agent(agent, envs, encoder, env, wrappers, env_kwargs, total_env_steps)
         auxiliary = resolve_aux(aux, aux_options, *_spaces(envs))
         updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
                                **settings)
-        return rl_task(model, updates, data, description, env=env, wrappers=wrappers, seed=seed,
+        return rl_task(model, updates, data, described, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,
                        confirm_episodes=confirm_episodes, started=started, leave_out=added,
@@ -151,15 +150,12 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
     :data:`~beyondfit.rl.agents.AGENTS`, and that class's options; ``encoder`` unless it names
     its own) for ``envs``' spaces, and what ``policy.json`` says of it and its env as plain
     data: the agent alone (the parts the algorithm adds, targets, are training's).
-
-    ``task.agent.exploration_steps`` (DQN) states epsilon's schedule in env steps, as papers
-    do, whatever the run's length: it becomes the ``exploration_fraction`` of this run."""
+    ``exploration_steps`` (DQN's epsilon decay in env steps, as papers state it, whatever the
+    run's length) becomes the ``exploration_fraction`` of this run."""
     options = dict(agent or {})
     options.setdefault("encoder", encoder)
-    steps = options.pop("exploration_steps", None)
-    if steps is not None:
-        check_number("task.agent.exploration_steps", steps, above=0,
-                     example="task.agent.exploration_steps=100000")
+    if (steps := options.pop("exploration_steps", None)) is not None:
+        steps = check_number("task.agent.exploration_steps", steps, above=0)
         options["exploration_fraction"] = min(1.0, steps / total_env_steps)
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
