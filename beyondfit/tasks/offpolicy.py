@@ -155,6 +155,9 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
     options = dict(agent or {})
     options.setdefault("encoder", encoder)
     if (steps := options.pop("exploration_steps", None)) is not None:
+        if options.get("kind", "actor_critic") != "q":
+            raise BeyondfitError("task.agent.exploration_steps is DQN's epsilon schedule "
+                                 "(task.agent.kind=q); this agent explores with noise")
         steps = check_number("task.agent.exploration_steps", steps, above=0)
         options["exploration_fraction"] = min(1.0, steps / total_env_steps)
     kind = options.pop("kind", "actor_critic")

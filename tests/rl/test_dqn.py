@@ -244,13 +244,14 @@ def test_exploration_steps_set_epsilon_s_schedule_in_env_steps(steps: int, total
     assert task.model.epsilon(min(1.0, steps / total)) == pytest.approx(task.model.final_eps)
 
 
-@pytest.mark.parametrize("steps", [0, "many", True])
-def test_bad_exploration_steps_are_one_line_errors(steps) -> None:
+@pytest.mark.parametrize(("steps", "kind"), [(0, "q"), ("many", "q"), (True, "q"),
+                                            (500, "actor_critic")])
+def test_bad_exploration_steps_are_one_line_errors(steps, kind) -> None:
     from beyondfit.tasks.offpolicy import build
 
     with pytest.raises(BeyondfitError, match=r"task\.agent\.exploration_steps") as info:
         build(dqn_loss(), env="CartPole-v1", total_env_steps=100, eval_episodes=1,
-              agent={"kind": "q", "exploration_steps": steps})
+              agent={"kind": kind, "exploration_steps": steps})
     assert "\n" not in str(info.value)
 
 
