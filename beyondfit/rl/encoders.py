@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.nets import INITS
 
 #: The encoders ``task.encoder`` names (``auto`` picks one of these from the space).
 ENCODERS = ("auto", "flat", "nature", "minatar")
@@ -108,22 +109,23 @@ class ScaledConv2d(nn.Conv2d):
 class NatureCNN(nn.Module):
     """The Nature-DQN CNN: 32 8x8/4, 64 4x4/2, 64 3x3/1 convolutions, then ``features`` units.
 
-    Initialized as CleanRL's ``ppo_atari.py`` does (orthogonal, gain sqrt 2, zero biases): the
-    policy's and value heads' own gains go on top."""
+    ``init``: ``"orthogonal"`` (the default: CleanRL's ``ppo_atari.py`` and SB3's PPO, gain
+    sqrt 2, zero biases; the policy's and value heads' own gains go on top) or ``"default"``
+    (torch's, as SB3's ``ortho_init=False`` leaves it)."""
 
     def __init__(self, space: gym.spaces.Box, features: int = 512,
-                 channels_last: bool | None = None) -> None:  # fmt: skip
+                 channels_last: bool | None = None, init: str = "orthogonal") -> None:  # fmt: skip
         super().__init__()
         self.pixels = Pixels(space, channels_last)
         self.convs = nn.Sequential(
-            _orthogonal(ScaledConv2d(self.pixels.channels, 32, 8, stride=4,
-                                     scale=self.pixels.scale)), nn.ReLU(),
-            _orthogonal(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            _orthogonal(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(),
+            _initialized(ScaledConv2d(self.pixels.channels, 32, 8, stride=4,
+                                      scale=self.pixels.scale), init), nn.ReLU(),
+            _initialized(nn.Conv2d(32, 64, 4, stride=2), init), nn.ReLU(),
+            _initialized(nn.Conv2d(64, 64, 3, stride=1), init), nn.ReLU(),
             nn.Flatten(),
         )
         flat = _width(self.convs, self.pixels.channels, self.pixels.size, "nature", (36, 36))
-        self.head = nn.Sequential(_orthogonal(nn.Linear(flat, features)), nn.ReLU())
+        self.head = nn.Sequential(_initialized(nn.Linear(flat, features), init), nn.ReLU())
         self.features = int(features)
         self.convs.to(memory_format=torch.channels_last)  # as Pixels hands the frames over
 
@@ -134,17 +136,22 @@ class NatureCNN(nn.Module):
 
 class MinAtarCNN(nn.Module):
     """The MinAtar paper's network: one 3x3 convolution of 16 filters (stride 1), then
-    ``features`` units (128), over a 10x10xC board of 0/1 channels."""
+    ``features`` units (128), over a 10x10xC board of 0/1 channels.
+
+    ``init``: ``"default"`` (torch's, as the paper's DQN and SB3's DQN leave it) or
+    ``"orthogonal"`` (gain sqrt 2, zero biases: what SB3's PPO ``ortho_init`` does to a
+    features extractor, and what the policy-gradient policy asks for by default)."""
 
     def __init__(self, space: gym.spaces.Box, features: int = 128, filters: int = 16,
-                 channels_last: bool | None = None) -> None:  # fmt: skip
+                 channels_last: bool | None = None, init: str = "default") -> None:  # fmt: skip
         super().__init__()
         self.pixels = Pixels(space, channels_last)
-        self.convs = nn.Sequential(ScaledConv2d(self.pixels.channels, filters, 3, stride=1,
-                                                scale=self.pixels.scale),
-                                   nn.ReLU(), nn.Flatten())
+        self.convs = nn.Sequential(
+            _initialized(ScaledConv2d(self.pixels.channels, filters, 3, stride=1,
+                                      scale=self.pixels.scale), init),
+            nn.ReLU(), nn.Flatten())
         flat = _width(self.convs, self.pixels.channels, self.pixels.size, "minatar", (3, 3))
-        self.head = nn.Sequential(nn.Linear(flat, features), nn.ReLU())
+        self.head = nn.Sequential(_initialized(nn.Linear(flat, features), init), nn.ReLU())
         self.features = int(features)
         self.convs.to(memory_format=torch.channels_last)  # as Pixels hands the frames over
 
@@ -173,15 +180,17 @@ def as_encoder(encoder: nn.Module | int) -> nn.Module:
     return Flat(encoder) if isinstance(encoder, int) else encoder
 
 
-def make_encoder(space: gym.Space, encoder: Any = "auto", normalized: bool = False
-                 ) -> nn.Module:  # fmt: skip
+def make_encoder(space: gym.Space, encoder: Any = "auto", normalized: bool = False,
+                 init: str | None = None) -> nn.Module:  # fmt: skip
     """The encoder ``encoder`` names for observations of ``space``, with its ``features`` width.
 
     ``encoder``: ``"auto"`` (``nature`` for frames of at least 36x36, ``minatar`` for smaller
     images, ``flat`` otherwise), ``"flat"``, ``"nature"``, ``"minatar"``, or a callable
     ``space -> nn.Module`` (a factory of your own). ``normalized`` (running observation
     statistics asked for) goes with ``flat`` only: per-pixel statistics of frames are refused
-    in one line.
+    in one line. ``init`` (``"orthogonal"`` or ``"default"``) initializes a built-in CNN as the
+    network around it is (the policy-gradient policy passes its ``task.init``, as SB3's PPO
+    initializes its features extractor with its heads); ``None`` keeps each CNN's own default.
     """
     image = is_image(space)
     if encoder is None or encoder == "auto":
@@ -203,7 +212,9 @@ def make_encoder(space: gym.Space, encoder: Any = "auto", normalized: bool = Fal
         if not image:
             raise BeyondfitError(f"task.encoder={encoder} reads images, but the observations "
                                  f"are {space}; use task.encoder=flat (or auto)")
-        return NatureCNN(space) if encoder == "nature" else MinAtarCNN(space)
+        options = {} if init is None else {"init": init}
+        return NatureCNN(space, **options) if encoder == "nature" \
+            else MinAtarCNN(space, **options)
     if callable(encoder):
         return own_encoder(encoder, space)
     raise BeyondfitError(f"task.encoder is a {type(encoder).__name__}; name one of "
@@ -261,9 +272,14 @@ def _spatial(space: gym.Space) -> tuple[int, int]:
     return shape[:2] if channels_last(shape) else shape[1:]  # type: ignore[return-value]
 
 
-def _orthogonal(layer: nn.Module, gain: float = float(np.sqrt(2))) -> nn.Module:
-    nn.init.orthogonal_(layer.weight, gain)
-    nn.init.zeros_(layer.bias)
+def _initialized(layer: nn.Module, init: str) -> nn.Module:
+    # ``layer`` with orthogonal weights of gain sqrt 2 and zero biases (CleanRL's layer_init,
+    # SB3's ortho_init of a features extractor), or as torch initialized it.
+    if init not in INITS:
+        raise BeyondfitError(f"unknown task.init={init!r}; choose one of {', '.join(INITS)}")
+    if init == "orthogonal":
+        nn.init.orthogonal_(layer.weight, float(np.sqrt(2)))
+        nn.init.zeros_(layer.bias)
     return layer
 
 

@@ -98,7 +98,10 @@ class ActorCritic(nn.Module):
         super().__init__()
         check_spaces(observation_space, action_space)
         normalized = getattr(normalizer, "obs", None) is not None
-        self.encoder = make_encoder(observation_space, encoder, normalized)
+        if init not in INITS:
+            raise BeyondfitError(f"unknown task.init={init!r}; choose one of {', '.join(INITS)}")
+        # A built-in CNN starts as the heads do (SB3's PPO ortho-initializes its extractor).
+        self.encoder = make_encoder(observation_space, encoder, normalized, init)
         obs_dim = self.encoder.features
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if self.discrete:
@@ -112,8 +115,6 @@ class ActorCritic(nn.Module):
             raise BeyondfitError(
                 f"unknown task.activation={activation!r}; choose one of relu, tanh"
             )
-        if init not in INITS:
-            raise BeyondfitError(f"unknown task.init={init!r}; choose one of {', '.join(INITS)}")
         hidden = _layer_sizes("hidden", hidden)
         critic_hidden = hidden if critic_hidden is None else _layer_sizes("critic_hidden",
                                                                           critic_hidden)

@@ -82,6 +82,34 @@ def test_a_board_is_read_channels_last_and_bool_as_0_1() -> None:
     assert torch.allclose(encoder(boards), encoder.head(x.flatten(1)), atol=1e-6)
 
 
+def _orthogonal_like(layer: nn.Module) -> bool:
+    # Orthogonal of gain sqrt 2: the rows (or columns) of the flattened weight are orthogonal
+    # with squared norm 2, and the biases are zero.
+    w = layer.weight.detach().flatten(1)
+    gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+    return bool(torch.allclose(gram, 2 * torch.eye(len(gram)), atol=1e-4)
+                and torch.count_nonzero(layer.bias) == 0)
+
+
+def test_the_policy_initializes_its_cnn_as_its_heads_like_sb3s_ppo() -> None:
+    """SB3's PPO (``ortho_init``) and CleanRL's ``layer_init`` start the features extractor
+    orthogonal (gain sqrt 2): so does the policy under ``task.init=orthogonal``, for either CNN;
+    ``task.init=default`` leaves torch's own. DQN's MinAtar network keeps torch's, as SB3's."""
+    for space in (BOARD, FRAMES):
+        layers = [m for m in ActorCritic(space, gym.spaces.Discrete(3), hidden=()).encoder
+                  .modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+        assert layers and all(_orthogonal_like(m) for m in layers)
+        plain = ActorCritic(space, gym.spaces.Discrete(3), hidden=(), init="default").encoder
+        assert not any(_orthogonal_like(m) for m in plain.modules()
+                       if isinstance(m, (nn.Conv2d, nn.Linear)))
+    q = QAgent(BOARD, gym.spaces.Discrete(3), hidden=(8,))
+    assert not any(_orthogonal_like(m) for m in q.q.encoder.modules()
+                   if isinstance(m, (nn.Conv2d, nn.Linear)))
+    assert type(make_encoder(FRAMES, init="default")) is NatureCNN
+    with pytest.raises(BeyondfitError, match="unknown task.init='xavier'"):
+        make_encoder(BOARD, init="xavier")
+
+
 def test_bad_encoder_choices_are_one_line() -> None:
     cases = [
         (lambda: make_encoder(VECTOR, "nature"), "reads images"),
