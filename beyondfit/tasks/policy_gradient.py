@@ -98,7 +98,8 @@ def build(
         hidden, activation, log_std_init: policy architecture (see :class:`ActorCritic`).
         critic_hidden: the critic's hidden sizes when they differ from the actor's (SB3's
             ``net_arch=dict(pi=..., vf=...)``); ``None``: ``hidden``.
-        init: how the policy's MLP layers start: ``orthogonal`` (CleanRL's ``layer_init``) or
+        init: how the policy's layers start (a built-in CNN encoder's too): ``orthogonal``
+            (CleanRL's ``layer_init``, SB3's ``ortho_init``) or
             ``default`` (torch's, SB3's ``ortho_init=False``); ``None``: orthogonal (the
             config's ``null``, "the algorithm's own").
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
