@@ -106,7 +106,7 @@ def test_the_policy_initializes_its_cnn_as_its_heads_like_sb3s_ppo() -> None:
     assert not any(_orthogonal_like(m) for m in q.q.encoder.modules()
                    if isinstance(m, (nn.Conv2d, nn.Linear)))
     assert type(make_encoder(FRAMES, init="default")) is NatureCNN
-    with pytest.raises(BeyondfitError, match="unknown task.init='xavier'"):
+    with pytest.raises(BeyondfitError, match=r"unknown task\.init='xavier'"):
         make_encoder(BOARD, init="xavier")
 
 
