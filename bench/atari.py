@@ -54,8 +54,11 @@ v5 differs from by the sticky actions and the 108,000-frame cap).
 - ``sb3-ppo``: SB3 PPO ``CnnPolicy`` with RL-Zoo's ``atari`` entry of ``hyperparams/ppo.yml``
   (``ZOO_ATARI_PPO``): ``AtariWrapper`` (its defaults), ``frame_stack: 4``, 8 envs, n_steps 128,
   n_epochs 4, batch 256, lr lin_2.5e-4, clip lin_0.1, vf 0.5, ent 0.01.
-- ``beyondfit-ppo``: ``python -m beyondfit +task=atari algo=ppo task.env=ALE/Breakout-v5
-  seed=S task.total_env_steps=B threads=1 plots=false hydra.run.dir=WORK/...``.
+- ``beyondfit-ppo``: ``python -m beyondfit +task=atari task.vectorization=sync
+  task.eval_every_env_steps=1000000000 task.eval_episodes=1 task.confirm_episodes=0 algo=ppo
+  task.env=ALE/Breakout-v5 seed=S task.total_env_steps=B threads=1 plots=false
+  hydra.run.dir=WORK/...``: one greedy game at the end, as the peers evaluate nothing (the
+  task's own evaluations cost a few hundred CPU seconds on Breakout).
 
 **MinAtar suite** (``MinAtar/Breakout-v1``, ``SpaceInvaders-v1``, ``Asterix-v1``, minatar
 1.0.15, registered by ``minatar.gym.register_envs()``; its defaults: sticky actions 0.1,
@@ -172,8 +175,13 @@ SUITES: dict[str, dict[str, Game]] = {
 #: CleanRL and SB3 step them (and as seeds 1-2 were measured): envpool, which ``auto`` picks
 #: for Atari where it is installed, draws its own no-op starts and sticky actions and keeps the
 #: frame stack across a lost life (docs/how-to/pixels.md); it collects 1.04x sync's env steps
-#: per CPU-second in a PPO run here (bench/results/collect.md).
-SUITE_TASK = {"atari": ["+task=atari", "task.vectorization=sync"],  # (1)
+#: per CPU-second in a PPO run here (bench/results/collect.md). (2) One greedy game at the end
+#: and no confirming games: CleanRL's and SB3's runs evaluate nothing, and the task's own
+#: schedule (8 games at 250,000 and 500,000 env steps, then 10 confirming ones) costs a few
+#: hundred CPU seconds on Breakout, where a greedy policy that stops firing plays to v5's cap.
+SUITE_TASK = {"atari": ["+task=atari", "task.vectorization=sync",  # (1)
+                        "task.eval_every_env_steps=1000000000", "task.eval_episodes=1",
+                        "task.confirm_episodes=0"],  # (2)
               "minatar": ["+task=minatar"],
               "minatar-aux": ["+task=minatar"],
               "atari100k": ["+experiment=atari100k"]}  # the Atari task and DQN in it

@@ -110,6 +110,26 @@ def test_atari100k_smoke_command_runs_dqn_with_the_shift_and_says_the_published_
     assert "| shift | 1 |" in table and "DrQ(eps) 19.8" in table
 
 
+def test_the_atari_suite_runs_beyondfit_with_one_greedy_game_as_the_peers_evaluate_nothing(
+        atari, tmp_path):
+    """``--suite atari --run beyondfit-ppo``: the task's own evaluations (8 games twice, then
+    10 confirming ones) are left out of the timed run, but for one greedy game at its end."""
+    pytest.importorskip("ale_py")
+    argv = [sys.executable, str(SCRIPT), "--suite", "atari", "--run", "beyondfit-ppo",
+            "breakout", "1", "--budget", "1024", "--results", str(tmp_path / "pixels"),
+            "--work", str(tmp_path / "work")]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "pixels" / "atari-beyondfit-ppo-breakout-1024-seed1.json")
+                        .read_text())
+    assert "task.confirm_episodes=0" in result["command"]
+    assert "task.eval_episodes=1" in result["command"] and result["greedy_return"] is not None
+    run_dir = tmp_path / "work" / "atari-beyondfit-ppo-breakout-1024-seed1" / "run"
+    evaluations = [line for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+                   if '"kind": "val"' in line]
+    assert len(evaluations) == 1
+
+
 def test_cleanrl_stdout_reader(atari):
     text = ("SPS: 271\nglobal_step=904, episodic_return=[2.]\n"
             "global_step=1256, episodic_return=4.0\nother line\n")
