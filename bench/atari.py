@@ -76,7 +76,9 @@ stride 1)``, ReLU, flatten, ``Linear(1024, 128)``, ReLU) as a ``BaseFeaturesExtr
   before learning, gamma 0.99, Huber loss, the paper's RMSProp (lr 2.5e-4, alpha 0.95,
   eps 0.01, centered), no gradient clipping (SB3's default would clip at 10).
 - ``beyondfit-ppo``, ``beyondfit-dqn``: ``python -m beyondfit +task=minatar algo=ppo|dqn
-  task.env=MinAtar/NAME-v1 seed=S task.total_env_steps=B ...``.
+  task.env=MinAtar/NAME-v1 seed=S task.total_env_steps=B ...``: the presets
+  ``minatar_ppo.yaml`` (the zoo's settings but the learning rate, 5e-4 annealed, chosen on
+  tuning seeds 0 and 4) and ``minatar_dqn.yaml`` (the paper's, as SB3's above).
 
 **MinAtar-aux suite** (self-supervision inside RL): beyondfit PPO on MinAtar Breakout and
 SpaceInvaders, 500,000 env steps, seeds 1-3, once per ``task.aux`` variant (``none``,
