@@ -24,7 +24,8 @@ runs with and without ``engine.compile=true``, first (cold cache) and second run
   (``bench/cleanrl_sac.py``), the same compiled the LeanRL way, and SB3's ``train``.
 - ``e2e``: wall time of ``python -m beyondfit +task=...`` with and without
   ``engine.compile=true``; the compiled run twice, first with an empty inductor cache, then
-  with the cache the first one filled (``TORCHINDUCTOR_CACHE_DIR``).
+  with the cache the first one filled (``TORCHINDUCTOR_CACHE_DIR``); a last row, the floor,
+  does the same for one compiled forward and backward of a tiny MLP with no beyondfit at all.
 
 Ratios, not absolute times, are what to quote: these machines are shared. torch uses one CPU
 thread on every side.
@@ -250,15 +251,35 @@ E2E = {
 }
 
 
-def _cli(args: list[str], cache: str, out: str) -> float:
+#: The floor under every row: no beyondfit, one forward and backward of a 3-layer MLP in a
+#: fresh Python, eager or through a bare ``torch.compile`` (what any user of torch's compiler
+#: pays per process before a first compiled step, whatever the framework around it).
+FLOOR_LABEL = "floor: one forward+backward of a tiny MLP, bare `torch.compile`, no beyondfit"
+FLOOR = """
+import sys, torch
+m = torch.nn.Sequential(torch.nn.Linear(10, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+def step(x, y):
+    loss = ((m(x) - y) ** 2).mean()
+    loss.backward()
+    return loss
+f = torch.compile(step) if sys.argv[1] == "compile" else step
+f(torch.randn(32, 10), torch.randn(32, 1))
+"""
+
+
+def _timed(command: list[str], cache: str) -> float:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "beyondfit", *args, f"hydra.run.dir={out}",
-                           "plots=false", "checkpoint.every=null"],
-                          env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True,
+                          check=False)
     if done.returncode:
-        raise SystemExit(f"{' '.join(args)} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"{' '.join(command[1:])} failed:\n{done.stderr[-2000:]}")
     return time.perf_counter() - start
+
+
+def _cli(args: list[str], cache: str, out: str) -> float:
+    return _timed([sys.executable, "-m", "beyondfit", *args, f"hydra.run.dir={out}",
+                   "plots=false", "checkpoint.every=null"], cache)
 
 
 def measure_e2e(tasks: list[str]) -> str:
@@ -275,6 +296,10 @@ def measure_e2e(tasks: list[str]) -> str:
             second = _cli([*args, "engine.compile=true"], cache, f"{tmp}/second{i}")
             lines.append(f"| {label} | {eager:.1f} | {first:.1f} | {second:.1f} |")
             print(lines[-1], file=sys.stderr, flush=True)
+        cache = str(Path(tmp) / "floor")
+        eager, first, second = (_timed([sys.executable, "-c", FLOOR, mode], cache)
+                                for mode in ("eager", "compile", "compile"))
+        lines.append(f"| {FLOOR_LABEL} | {eager:.1f} | {first:.1f} | {second:.1f} |")
     return "\n".join(lines)
 
 
