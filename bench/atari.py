@@ -647,11 +647,11 @@ def aux_table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
             f"{'–' if mid is None else f'{mid:.2f} [{low:.2f}, {high:.2f}]'} | "
             f"{greedy} | "
             f"{cpu:.0f} | {ratio} |")
-    notes = ["", "PPO (`+task=minatar`, the zoo's Atari PPO settings) with each built-in "
-             "auxiliary loss summed into the update that trains the encoder "
-             "(docs/how-to/self-supervision.md). PPO, not DQN: a PPO run here takes minutes, a "
-             "DQN run updating every env step about half an hour, so the 24 runs fit one "
-             "session. Return: mean raw score of the last 100 training episodes; greedy: "
+    notes = ["", "PPO (`+task=minatar`, its preset: the zoo's Atari PPO settings but lr "
+             "5e-4) with each built-in auxiliary loss summed into the update that trains the "
+             "encoder (docs/how-to/self-supervision.md). PPO, not DQN: a PPO run here takes "
+             "minutes, a DQN run updating every env step about half an hour, so the 24 runs fit "
+             "one session. Return: mean raw score of the last 100 training episodes; greedy: "
              "the run's confirming evaluation (`result.json`, 20 episodes). IQM over the "
              "seeds with the exact bootstrap interval (with 3 runs the IQM is their mean)."]
     if suite == "atari100k":
