@@ -149,6 +149,16 @@ PROBLEMS = [
             lambda: class_tables.city_table(6000, seed=1), nonlinear=True),
     Problem("skew5000s1", "skewed 5000x11, 6 classes (seed 1)", "classification",
             lambda: class_tables.skew_table(5000, seed=1), nonlinear=True),
+    # A second held-out set, added when the first had been looked at while choosing the
+    # ensemble's dropout (switch1200s1, split 0): these were run only after the choice.
+    Problem("switch1600s2", "switch 1600x13, 2 classes (seed 2)", "classification",
+            lambda: class_tables.switch_table(1600, seed=2), nonlinear=True),
+    Problem("ring6000s2", "rings 6000x17, 5 classes (seed 2)", "classification",
+            lambda: class_tables.ring_table(6000, seed=2), nonlinear=True),
+    Problem("city4000s2", "cities 4000x8, 2 classes (seed 2)", "classification",
+            lambda: class_tables.city_table(4000, seed=2), nonlinear=True),
+    Problem("skew8000s2", "skewed 8000x11, 6 classes (seed 2)", "classification",
+            lambda: class_tables.skew_table(8000, seed=2), nonlinear=True),
 ]
 KEYS = {p.key: p for p in PROBLEMS}
 

@@ -148,3 +148,70 @@ class WideAndDeep(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Sum of the linear and the MLP paths."""
         return self.linear(x) + self.deep(self.encoder(x))
+
+
+class MemberLinear(nn.Module):
+    """``members`` independent linear layers applied at once, one batched matrix product.
+
+    ``(members, rows, n_in) -> (members, rows, n_out)``; each member's weights start as
+    ``nn.Linear``'s would (uniform within ``1/sqrt(n_in)``).
+    """
+
+    def __init__(self, members: int, n_in: int, n_out: int) -> None:
+        super().__init__()
+        bound = 1.0 / math.sqrt(n_in)
+        self.weight = nn.Parameter(torch.empty(members, n_in, n_out).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(members, 1, n_out).uniform_(-bound, bound))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Member ``i``'s layer on ``x[i]``."""
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleClassifier(nn.Module):
+    """``members`` wide-and-deep classifiers with their own weights, probabilities averaged.
+
+    A deep ensemble (Lakshminarayanan et al., 2017; for tables, Gorishniy et al., 2024,
+    "TabM"): every member is a :class:`WideAndDeep` (or a bare MLP when ``wide`` is false)
+    trained on the same batches from its own initial weights, all members computed by one
+    batched matrix product per layer. In training mode the output is each member's logits,
+    ``(rows, members, classes)``, so the loss trains each member on its own; in evaluation
+    mode it is the log of the members' mean class probability, ``(rows, classes)``: its
+    ``argmax`` is the ensemble's class and its cross-entropy the ensemble's loss. Averaging
+    members that start apart smooths what one small network fits to noise, the gap to
+    gradient boosting on small noisy tables with uninformative columns
+    (bench/results/tabular-issue47.md).
+    """
+
+    def __init__(self, n_in: int, hidden: Sequence[int], n_out: int, members: int,
+                 dropout: float = 0.0, wide: bool = True,
+                 encoder: nn.Module | None = None) -> None:  # fmt: skip
+        super().__init__()
+        self.members = int(members)
+        self.encoder = encoder if encoder is not None else nn.Identity()
+        sizes = [int(getattr(encoder, "n_out", n_in)), *hidden, n_out]
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(itertools.pairwise(sizes)):
+            layers.append(MemberLinear(self.members, a, b))
+            if i < len(sizes) - 2:
+                layers.append(nn.ReLU())
+                if dropout > 0:
+                    layers.append(nn.Dropout(dropout))
+        self.deep = MLP(*layers)
+        self.linear = MemberLinear(self.members, n_in, n_out) if wide else None
+        if wide:  # as WideAndDeep: each member starts as its linear model
+            last = layers[-1]
+            assert isinstance(last, MemberLinear)
+            nn.init.zeros_(last.weight)
+            nn.init.zeros_(last.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Training: every member's logits ``(rows, members, classes)``; evaluation: the log
+        of the mean probability ``(rows, classes)``."""
+        out = self.deep(self.encoder(x).expand(self.members, -1, -1))
+        if self.linear is not None:
+            out = out + self.linear(x.expand(self.members, -1, -1))
+        logits = out.transpose(0, 1)
+        if self.training:
+            return logits
+        return logits.log_softmax(-1).logsumexp(1) - math.log(self.members)

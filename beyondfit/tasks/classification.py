@@ -6,11 +6,12 @@ kept and used in the report. Accuracy and macro-F1 are torchmetrics objects, log
 logistic regression on the same split and inputs, and writes ``confusion_matrix.csv`` and
 ``confusion_matrix.png`` (matplotlib optional). The split is stratified: every class keeps its
 share in both parts. Inputs, sizes and early stopping are the regression task's
-(:mod:`beyondfit.tasks.supervised`), with three differences that nonlinear tables with
-thresholds need (``bench/tabular.py``'s generated tables): the MLP path reads each numeric
-input also as a piecewise-linear code over its training quantiles
-(:class:`~beyondfit.nets.PiecewiseLinear`), training uses label smoothing, and early
-stopping waits 20 epochs.
+(:mod:`beyondfit.tasks.supervised`), with the differences that nonlinear tables with
+thresholds and uninformative columns need (``bench/tabular.py``'s generated tables): the MLP
+path reads each numeric input also as a piecewise-linear code over its training quantiles
+(:class:`~beyondfit.nets.PiecewiseLinear`), eight such networks with dropout 0.2 are trained
+side by side and their probabilities averaged (:class:`~beyondfit.nets.EnsembleClassifier`),
+training uses label smoothing, and early stopping waits 20 epochs.
 """
 
 from __future__ import annotations
@@ -54,14 +55,15 @@ _NEEDS_TORCHMETRICS = (
 def build(
     seed: int = 0,
     hidden: Sequence[int] | int | str = "auto",
-    dropout: float = 0.0,
+    dropout: float = 0.2,
     wide: bool = True,
     batch_size: int | str = "auto",
     val_fraction: float = 0.2,
     early_stopping: Mapping[str, Any] | None = CLASSIFICATION_EARLY_STOPPING,
     data: Mapping[str, Any] | None = None,
-    bins: int | str | None = 32,
+    bins: int | str | None = "auto",
     label_smoothing: float = 0.1,
+    members: int = 8,
 ) -> Task:
     """Build the classification task.
 
@@ -82,6 +84,10 @@ def build(
             ``None``: the standardized inputs only.
         label_smoothing: cross-entropy's label smoothing while training (validation loss is
             the plain cross-entropy).
+        members: train this many networks side by side from their own initial weights and
+            average their class probabilities (:class:`~beyondfit.nets.EnsembleClassifier`);
+            each member's own cross-entropy is trained, the ensemble is validated. 1: one
+            network.
     """
     table = read_source(data, "digits", digits)
     missing = str(dict(data or {}).get("missing") or "impute")
@@ -100,9 +106,11 @@ def build(
     bins = auto_bins(bins, len(x_train))
     check_number("task.label_smoothing", label_smoothing, at_least=0.0, at_most=0.9,
                  example="task.label_smoothing=0.1")
+    check_number("task.members", members, integer=True, at_least=1, at_most=256,
+                 example="task.members=8")
     encoder = None if bins is None else PiecewiseLinear(x_train, int(bins))
     model = table_net(x_train, n_classes, hidden=hidden, batch_size=batch_size,
-                      dropout=dropout, wide=wide, encoder=encoder)
+                      dropout=dropout, wide=wide, encoder=encoder, members=int(members))
     accuracy = MulticlassAccuracy(num_classes=n_classes, average="micro")
     f1 = MulticlassF1Score(num_classes=n_classes, average="macro")
 
@@ -110,6 +118,9 @@ def build(
         inputs, target = batch
         logits = model(inputs)
         if model.training:
+            if logits.dim() == 3:  # an ensemble's members, (rows, members, classes): each
+                # member's own loss, averaged (the ensemble's output is for evaluation only)
+                logits, target = logits.flatten(0, 1), target.repeat_interleave(logits.shape[1])
             return F.cross_entropy(logits, target, label_smoothing=label_smoothing)
         loss = F.cross_entropy(logits, target)
         for metric in (accuracy, f1):
@@ -149,8 +160,8 @@ def auto_bins(bins: int | str | None, n_train: int) -> int | None:
     of the columns that carry no signal is noise the MLP fits (issue 47's generated tables:
     32 bins on 1,280 training rows lost 0.07 accuracy to 8), while a large table needs the
     fine code to place its thresholds (thresholds15000, 9,600 rows: 32 bins 0.905, 8 bins
-    with two layers of 256 and dropout 0.3 0.841). Not the default: see bench/results/
-    tabular-issue47.md.
+    with two layers of 256 and dropout 0.3 0.841). bench/results/tabular-issue47.md has the
+    runs.
     """
     if bins == "auto":
         return 8 if n_train < 4000 else 16 if n_train < 8000 else 32

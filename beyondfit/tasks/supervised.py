@@ -27,7 +27,7 @@ from beyondfit.core.options import check_number
 from beyondfit.data.batches import TensorBatches
 from beyondfit.data.encoding import FeatureEncoding, fit_encoding
 from beyondfit.data.tables import Column, Table, read_table
-from beyondfit.nets import WideAndDeep, mlp
+from beyondfit.nets import EnsembleClassifier, WideAndDeep, mlp
 from beyondfit.tasks.contract import Task
 
 if TYPE_CHECKING:
@@ -168,16 +168,22 @@ def auto_hidden(hidden: Any, n_train: int) -> list[int]:
 
 def table_net(x_train: torch.Tensor, n_out: int, *, hidden: Any, batch_size: Any,
               dropout: float, wide: bool, encoder: torch.nn.Module | None = None,
-              ) -> torch.nn.Module:  # fmt: skip
+              members: int = 1) -> torch.nn.Module:  # fmt: skip
     """The network both table tasks train on ``x_train``'s inputs: an MLP of ``hidden`` widths
     (:func:`auto_hidden`) with ``n_out`` outputs, beside a linear path when ``wide``
     (:class:`~beyondfit.nets.WideAndDeep`); ``encoder`` (a
-    :class:`~beyondfit.nets.PiecewiseLinear`) re-codes the MLP path's inputs. Refused in one
-    line, before anything is built, when it cannot fit in memory (:func:`check_net_fits`)."""
+    :class:`~beyondfit.nets.PiecewiseLinear`) re-codes the MLP path's inputs. ``members`` > 1
+    (classification only): that many such networks as one
+    :class:`~beyondfit.nets.EnsembleClassifier`. Refused in one line, before anything is
+    built, when it cannot fit in memory (:func:`check_net_fits`)."""
     widths = auto_hidden(hidden, len(x_train))
     n_in = x_train.shape[1]
     check_net_fits([n_in, *widths, n_out],
-                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths)
+                   min(auto_batch_size(batch_size, len(x_train)), len(x_train)), widths,
+                   copies=members)
+    if members > 1:
+        return EnsembleClassifier(n_in, widths, n_out, members, dropout=dropout, wide=wide,
+                                  encoder=encoder)
     if wide:
         return WideAndDeep(n_in, widths, n_out, dropout=dropout, encoder=encoder)
     deep = mlp([n_in if encoder is None else encoder.n_out, *widths, n_out], dropout=dropout)
@@ -185,19 +191,20 @@ def table_net(x_train: torch.Tensor, n_out: int, *, hidden: Any, batch_size: Any
 
 
 def check_net_fits(sizes: Sequence[int], batch_size: int, hidden: Sequence[int],
-                   key: str = "task.hidden") -> None:
+                   key: str = "task.hidden", copies: int = 1) -> None:
     """Refuse, before it is built, a network of layer ``sizes`` (inputs first; the setting
     ``key=hidden``) whose weights with their gradients and two Adam moments, and one batch's
     activations, cannot fit in the memory there is. The command line's bound
     (``cli/bounds.py``) takes every input one value wide; here the table's columns are known,
     so ``task.hidden=[100000000]`` over 10 columns is one line, not an allocation that grows
-    until the system stops it."""
+    until the system stops it. ``copies``: that many such networks side by side (an
+    ensemble's members)."""
     import itertools
 
     from beyondfit.core.device import gigabytes, machine_memory
 
     weights = sum((a + 1) * b for a, b in itertools.pairwise(sizes))
-    need = 4 * 4 * weights + 2 * 4 * batch_size * sum(sizes[1:])
+    need = copies * (4 * 4 * weights + 2 * 4 * batch_size * sum(sizes[1:]))
     memory, where = machine_memory("cpu")  # a task builds its model on the CPU
     if need > memory:
         widths = list(hidden)

@@ -21,7 +21,7 @@ import torch
 from beyondfit import BeyondfitError
 from beyondfit.cli.run import run
 from beyondfit.data.tables import Column, Table
-from beyondfit.nets import PiecewiseLinear
+from beyondfit.nets import EnsembleClassifier, PiecewiseLinear
 from beyondfit.tasks import classification
 from beyondfit.tasks.classification import class_labels, confusion_matrix, stratified_split
 
@@ -234,8 +234,49 @@ def test_piecewise_linear_code_bins_numbers_and_passes_flags_through() -> None:
     assert out[1, 2] == 1 and 0 < out[1, 3] < 1 and torch.equal(out[1, 4:], torch.zeros(2))
 
 
+def test_ensemble_members_are_independent_networks_averaged_in_evaluation() -> None:
+    torch.manual_seed(0)
+    model = EnsembleClassifier(5, [16, 16], 3, members=4, dropout=0.1)
+    x = torch.randn(7, 5)
+    logits = model(x)
+    assert logits.shape == (7, 4, 3)  # training: each member's logits
+    # each member is trained by its own loss only: member 2's loss moves member 2's weights
+    logits[:, 2].sum().backward()
+    for layer in (model.linear, model.deep[-1]):  # (the earlier layers: 0, as the last is)
+        grads = layer.weight.grad.flatten(1).abs().sum(1)
+        assert grads[2] > 0 and torch.equal(grads[[0, 1, 3]], torch.zeros(3))
+    model.eval()
+    with torch.no_grad():
+        members = model.train(False).deep(model.encoder(x).expand(4, -1, -1))
+        members = (members + model.linear(x.expand(4, -1, -1))).transpose(0, 1)
+        expected = members.softmax(-1).mean(1).log()
+        assert torch.allclose(model(x), expected, atol=1e-6)  # the mean probability, as logs
+        assert torch.allclose(model(x).exp().sum(1), torch.ones(7))
+
+
+def test_ensemble_members_start_as_wide_and_deep_does() -> None:
+    torch.manual_seed(0)
+    model = EnsembleClassifier(10, [32], 2, members=3)
+    assert torch.equal(model.deep[-1].weight, torch.zeros(3, 32, 2))  # deep path starts at 0
+    bound = 1 / 10**0.5  # nn.Linear's, per member, on the linear path and the first layer
+    for weight in (model.linear.weight, model.deep[0].weight):
+        assert weight.abs().max() <= bound and weight.std() > bound / 3
+        assert not torch.equal(weight[0], weight[1])  # members start apart
+    assert model.deep[0].weight.shape == (3, 10, 32)
+
+
+def test_a_user_table_trains_an_ensemble(tmp_path: Path) -> None:
+    path = animals_csv(tmp_path / "animals.csv")
+    history = run(config(f"task.data.path={path}", "task.data.target=animal", "task.members=3",
+                         "train.epochs=10", "plots=false"), tmp_path / "run")
+    assert max(r["val_accuracy"] for r in history) >= 0.9
+    task = classification.build(data={"path": str(path), "target": "animal"}, members=3)
+    assert isinstance(task.model, EnsembleClassifier) and task.model.members == 3
+
+
 @pytest.mark.e2e
 @pytest.mark.parametrize("override, key", [("task.bins=0", "task.bins"),
+                                           ("task.members=0", "task.members"),
                                            ("task.label_smoothing=1.5", "task.label_smoothing")])
 def test_bad_bins_or_smoothing_is_one_line(override: str, key: str, tmp_path: Path) -> None:
     result = cli("+task=classification", override, f"hydra.run.dir={tmp_path}")
