@@ -5,15 +5,15 @@
     python bench/tabular.py --override optimizer.lr=0.003   # try a setting on every table
 
 Tables: smooth nonlinear ones generated with known structure (500-5,000 rows, 4-20 columns),
-scikit-learn's bundled diabetes, digits, breast cancer and wine, and eleven generated nonlinear
+scikit-learn's bundled diabetes, digits, breast cancer and wine, and fifteen generated nonlinear
 classification tables with text columns and text labels (1,200-15,000 rows, 2-6 classes;
 ``bench/class_tables.py``): issue 24's three (thresholds, interactions, ordinal classes),
 issue 47's tuning set (switch2000, ring8000, city3000, skew10000: rules a category switches,
 columns of noise, a 40-category text column, heavy tails; the classification defaults were
-chosen on these) and its held-out set (the same rules at other sizes and seeds: switch1200s1,
-ring4000s1, city6000s1, skew5000s1). For each of 3 seeded
-splits, 20% of the rows are held out (stratified for classes) and every model is fit on the
-other 80% and scored on the held-out rows:
+chosen on these) and two held-out sets (the same rules at other sizes and seeds: switch1200s1,
+ring4000s1, city6000s1, skew5000s1; switch1600s2, ring6000s2, city4000s2, skew8000s2). For
+each of 3 seeded splits, 20% of the rows are held out (stratified for classes) and every model
+is fit on the other 80% and scored on the held-out rows:
 
 - **beyondfit**: ``python -m beyondfit +task=regression|classification`` with nothing but the
   data file (the 80% saved as an ``.npz``, or as a CSV with a ``label`` column where a column
@@ -52,6 +52,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,23 @@ def _diabetes() -> tuple[np.ndarray, np.ndarray]:
     return x, y.ravel()
 
 
+#: Issue 47's generators: key -> (generator, label with the row count to fill in).
+_RULES = {
+    "switch": (class_tables.switch_table, "switch {n}x13, 2 classes"),
+    "ring": (class_tables.ring_table, "rings {n}x17, 5 classes"),
+    "city": (class_tables.city_table, "cities {n}x8, 2 classes"),
+    "skew": (class_tables.skew_table, "skewed {n}x11, 6 classes"),
+}
+
+
+def _redrawn(seed: int, **rows: int) -> list[Problem]:
+    """Issue 47's tables drawn again with ``seed`` at the given row counts (``switch=1200``...):
+    a held-out set, keys such as ``switch1200s1``."""
+    return [Problem(f"{rule}{n}s{seed}", _RULES[rule][1].format(n=n) + f" (seed {seed})",
+                    "classification", partial(_RULES[rule][0], n, seed=seed), nonlinear=True)
+            for rule, n in rows.items()]
+
+
 PROBLEMS = [
     Problem("smooth600", "smooth 600x4", "regression", lambda: smooth_table(600, 4), True),
     Problem("friedman1", "friedman1 2000x10", "regression", lambda: friedman1(2000), True),
@@ -140,25 +158,11 @@ PROBLEMS = [
             class_tables.city_table, nonlinear=True),
     Problem("skew10000", "skewed 10000x11, 6 classes", "classification",
             class_tables.skew_table, nonlinear=True),
-    # ... and the held-out set: the same rules at other sizes and seeds, never tuned on.
-    Problem("switch1200s1", "switch 1200x13, 2 classes (seed 1)", "classification",
-            lambda: class_tables.switch_table(1200, seed=1), nonlinear=True),
-    Problem("ring4000s1", "rings 4000x17, 5 classes (seed 1)", "classification",
-            lambda: class_tables.ring_table(4000, seed=1), nonlinear=True),
-    Problem("city6000s1", "cities 6000x8, 2 classes (seed 1)", "classification",
-            lambda: class_tables.city_table(6000, seed=1), nonlinear=True),
-    Problem("skew5000s1", "skewed 5000x11, 6 classes (seed 1)", "classification",
-            lambda: class_tables.skew_table(5000, seed=1), nonlinear=True),
-    # A second held-out set, added when the first had been looked at while choosing the
-    # ensemble's dropout (switch1200s1, split 0): these were run only after the choice.
-    Problem("switch1600s2", "switch 1600x13, 2 classes (seed 2)", "classification",
-            lambda: class_tables.switch_table(1600, seed=2), nonlinear=True),
-    Problem("ring6000s2", "rings 6000x17, 5 classes (seed 2)", "classification",
-            lambda: class_tables.ring_table(6000, seed=2), nonlinear=True),
-    Problem("city4000s2", "cities 4000x8, 2 classes (seed 2)", "classification",
-            lambda: class_tables.city_table(4000, seed=2), nonlinear=True),
-    Problem("skew8000s2", "skewed 8000x11, 6 classes (seed 2)", "classification",
-            lambda: class_tables.skew_table(8000, seed=2), nonlinear=True),
+    # ... and two held-out sets: the same rules at other sizes and seeds. The first was looked
+    # at while choosing the ensemble's dropout (switch1200s1, split 0); the second was added
+    # then and run only after the choice.
+    *_redrawn(1, switch=1200, ring=4000, city=6000, skew=5000),
+    *_redrawn(2, switch=1600, ring=6000, city=4000, skew=8000),
 ]
 KEYS = {p.key: p for p in PROBLEMS}
 
