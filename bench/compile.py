@@ -327,7 +327,9 @@ def main(argv: list[str] | None = None) -> str:
     parts = args.parts.split(",")
     tables = []
     if "mlp" in parts:
-        keys = [k for k in MLP_ROWS if not (k == "lightning" and args.no_lightning)]
+        lightning = not args.no_lightning and overhead.peer_installed("lightning",
+                                                                      "--no-lightning")
+        keys = [k for k in MLP_ROWS if k != "lightning" or lightning]
         for name in args.sizes.split(","):
             size = SIZES[name]
             size = Size(size.name, size.layers, size.batch,
@@ -336,8 +338,9 @@ def main(argv: list[str] | None = None) -> str:
             tables.append(measure_mlp(size, keys, args.repeats, args.block))
             print(tables[-1] + "\n", flush=True)
     if "sac" in parts:
+        sb3 = not args.no_sb3 and overhead.peer_installed("stable_baselines3", "--no-sb3")
         for env in args.envs.split(","):
-            tables.append(measure_sac(env, args.updates, args.rounds, not args.no_sb3))
+            tables.append(measure_sac(env, args.updates, args.rounds, sb3))
             print(tables[-1] + "\n", flush=True)
     if "e2e" in parts:
         tables.append(measure_e2e(args.e2e.split(",")))

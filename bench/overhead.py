@@ -369,6 +369,18 @@ def engine_bar(p: Problem, timer: Timer) -> Result:
 
 
 # ---------------------------------------------------------------------- Lightning
+def peer_installed(module: str, flag: str) -> bool:
+    """Whether a peer's package imports; if not, one line on stderr says its rows are left out
+    and how to get them (the ``bench`` extra) or to leave them out quietly (``flag``)."""
+    import importlib.util
+
+    if importlib.util.find_spec(module) is not None:
+        return True
+    print(f"{module} is not installed: its rows are left out (pip install -e \".[bench]\" "
+          f"adds them; {flag} leaves them out without this note)", file=sys.stderr)
+    return False
+
+
 def _lightning(p: Problem, timer: Timer, log: bool) -> Result:
     import lightning as L
 
@@ -632,7 +644,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, Row]]:
     if args.only:
         keep = {"raw_dataloader", *args.only.split(",")}
         rows = {k: v for k, v in rows.items() if k in keep}
-    if args.no_lightning:
+    if args.no_lightning or not peer_installed("lightning", "--no-lightning"):
         rows = {k: v for k, v in rows.items() if not v.lightning}
     results: dict[str, dict[str, Row]] = {}
     for name in args.sizes.split(","):

@@ -262,6 +262,22 @@ def test_compile_bench_mlp_rows_run_and_stay_close_to_the_raw_loop(compile_bench
     assert drifts and max(drifts) < 1e-3  # compiled rows: close to the raw loop, not bitwise
 
 
+def test_a_missing_peer_leaves_its_rows_out_in_one_line(compile_bench, monkeypatch, capsys):
+    """Lightning (the ``bench`` extra) absent: the MLP table comes without its row, and stderr
+    says so in one line instead of a traceback from the middle of the lockstep runs."""
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "lightning" else find_spec(name, *a))
+    text = compile_bench.main(["--parts", "mlp", "--sizes", "tiny", "--steps-per-epoch", "2",
+                               "--epochs", "1", "--repeats", "1"])
+    assert "| beyondfit engine, eager |" in text and "Lightning" not in text
+    notes = [line for line in capsys.readouterr().err.splitlines() if "lightning" in line]
+    assert notes == ['lightning is not installed: its rows are left out (pip install -e '
+                     '".[bench]" adds them; --no-lightning leaves them out without this note)']
+
+
 def test_compile_bench_sac_rows_run(compile_bench):
     """``python bench/compile.py --parts sac`` (the README's row) on a tiny budget."""
     text = compile_bench.main(["--parts", "sac", "--envs", "Pendulum-v1", "--updates", "2",
