@@ -16,7 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.checkpoint.checkpointer import CHECKPOINT_DIR, file_step, step_checkpoints
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.core.state.serialization import CorruptCheckpointError, check_state_fits, safe_load
+from beyondfit.core.state.serialization import (
+    CorruptCheckpointError,
+    ModelMismatchError,
+    check_state_fits,
+    safe_load,
+)
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -121,7 +126,11 @@ def resume(
                 f"for step {named}; it was changed after beyondfit wrote it, resume from "
                 "another checkpoint"
             )
-        check_state_fits(state, engine.model, engine_optimizers(engine), source)
+        try:
+            check_state_fits(state, engine.model, engine_optimizers(engine), source)
+        except ModelMismatchError as exc:
+            exc.saved_config = state.get("config")
+            raise
         engine.load_state_dict(state, source=source)
         home = resume_run_dir(candidate)  # whose rows a branch's metrics files begin with
         for callback in engine.callbacks:

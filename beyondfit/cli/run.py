@@ -50,6 +50,7 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.monitor import Monitor, check_mode, worst_value
 from beyondfit.core.seeding import seed_everything
+from beyondfit.core.state.serialization import ModelMismatchError
 from beyondfit.distributed.connector import resolve_strategy
 from beyondfit.observers.tracking import end_trackers
 from beyondfit.tasks.contract import Task
@@ -252,7 +253,10 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     """Load ``cfg.resume`` (a file or a run directory) into ``engine``, warning on changes."""
     current = OmegaConf.to_container(cfg, resolve=True)
     assert isinstance(current, Mapping)
-    path, state = resume(engine, str(cfg.resume), config=current, must_match=_RESUME_SAME)
+    try:
+        path, state = resume(engine, str(cfg.resume), config=current, must_match=_RESUME_SAME)
+    except ModelMismatchError as exc:
+        raise BeyondfitError(f"{exc}{_model_settings_hint(exc.saved_config, current)}") from None
     saved = state.get("config")
     if isinstance(saved, Mapping):
         changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
@@ -267,6 +271,45 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
         "resumed from %s: %d epochs done, optimizer step %d",
         path, engine.epoch, engine.global_step,
     )
+
+
+def _model_settings_hint(saved: Any, current: Mapping[str, Any]) -> str:
+    """For a checkpoint whose weights do not fit: the ``task.`` settings that differ from the
+    run that wrote it (what builds the model), and how to give that run's values. A key the
+    checkpoint's config lacks is newer than that run (e.g. ``task.members``, issue 47):
+    its old model is what the key's neutral value builds."""
+    if not isinstance(saved, Mapping):
+        return ""
+    changes = config_changes({"task": saved.get("task")}, {"task": current.get("task")})
+    if not changes:
+        return ""
+    newer = [c.split(":")[0] for c in changes if c.split(":", 1)[1].startswith(" '<absent>'")]
+    values = " ".join(f"{c.split(':')[0]}={_override(_select_saved(saved, c))}"
+                      for c in changes if c.split(":")[0] not in newer)
+    shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+    give = f" (e.g. {values})" if values else ""
+    late = (f"; {', '.join(newer)} did not exist when it ran: give the value that builds the "
+            "model it had (see the key in the config reference)") if newer else ""
+    return (f"; its run's task settings differ from this run's ({shown}): resume with the "
+            f"first run's settings{give}{late}")
+
+
+def _select_saved(saved: Mapping[str, Any], change: str) -> Any:
+    value: Any = saved
+    for part in change.split(":")[0].split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
+
+
+def _override(value: Any) -> str:
+    """``value`` as a Hydra command-line override value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override(v) for v in value) + "]"
+    return str(value)
 
 
 def objective(

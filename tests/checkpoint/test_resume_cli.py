@@ -199,3 +199,37 @@ def test_kill9_mid_epoch_resumes_a_torchmetrics_objects_rows_byte_for_byte(
     expected = (ref_dir / "metrics.jsonl").read_bytes()
     assert b'"mae"' in expected and b'"val_mae"' in expected
     assert got == expected, f"seed {SEED}, kill -9 at step {point}"
+
+
+@pytest.mark.e2e
+def test_a_checkpoint_of_other_model_settings_names_them_and_resumes_with_them(
+    tmp_path: Path,
+) -> None:
+    """A run started before a task's defaults changed (issue 47: classification became an
+    ensemble) is refused in one line that names the task settings that differ and the
+    overrides that rebuild its model; with them it resumes."""
+    first = tmp_path / "first"
+    old = ["task.members=1", "task.bins=32", "task.dropout=0.0"]
+    started = cli("+task=classification", *old, "train.epochs=2", "checkpoint.every=20",
+                  *QUIET, f"hydra.run.dir={first}")
+    assert started.returncode == 0, started.stderr
+    checkpoint = first / "checkpoints" / "step-00000020.pt"
+    refused = cli("+task=classification", "train.epochs=3", f"resume={checkpoint}", *QUIET,
+                  f"hydra.run.dir={tmp_path / 'second'}")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "task.members: 1 -> 8" in refused.stderr
+    assert "(e.g. task.bins=32 task.dropout=0.0 task.members=1)" in refused.stderr
+    resumed = cli("+task=classification", *old, "train.epochs=3", f"resume={checkpoint}",
+                  *QUIET, f"hydra.run.dir={tmp_path / 'second'}")
+    assert resumed.returncode == 0, resumed.stderr
+
+
+def test_the_settings_hint_names_keys_newer_than_the_checkpoint() -> None:
+    from beyondfit.cli.run import _model_settings_hint
+
+    saved = {"task": {"bins": 32, "hidden": [64, 64]}}
+    current = {"task": {"bins": "auto", "hidden": [64, 64], "members": 8}}
+    hint = _model_settings_hint(saved, current)
+    assert "(task.bins: 32 -> 'auto'; task.members: '<absent>' -> 8)" in hint
+    assert "(e.g. task.bins=32)" in hint and "task.members did not exist when it ran" in hint
+    assert _model_settings_hint(None, current) == "" and _model_settings_hint(saved, saved) == ""

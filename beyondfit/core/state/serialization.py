@@ -19,6 +19,15 @@ from beyondfit.core.errors import BeyondfitError, with_path
 log = logging.getLogger("beyondfit")
 
 
+class ModelMismatchError(BeyondfitError):
+    """A checkpoint whose weights are not this model's (other names or shapes).
+
+    ``saved_config``: the config the checkpoint was written with, where the loader knows it
+    (the command line names the task settings that differ from it)."""
+
+    saved_config: Any = None
+
+
 class CorruptCheckpointError(BeyondfitError):
     """A checkpoint file that cannot be trusted: truncated (a kill during a copy, a full
     disk), changed after it was written (its checksum does not match), or not a checkpoint
@@ -269,7 +278,7 @@ def check_state_fits(
         shown = "; ".join(problems[:8])
         if len(problems) > 8:
             shown += f"; and {len(problems) - 8} more"
-        raise BeyondfitError(
+        raise ModelMismatchError(
             f"{source} does not fit this model ({shown}); it was written for a different "
             "task or model shape"
         )
