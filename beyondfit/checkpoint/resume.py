@@ -164,12 +164,17 @@ def _select(tree: Any, dotted: str) -> Any:
     return tree
 
 
-def config_changes(saved: Any, current: Any, ignore: tuple[str, ...] = ()) -> list[str]:
-    """Dotted keys whose values differ between two plain config trees, as ``key: a -> b``.
+#: What :func:`changed_settings` gives for a side of the comparison that lacks the key.
+ABSENT = "<absent>"
 
-    Used to warn when a run is resumed with settings other than those it was started with.
-    """
-    changes: list[str] = []
+
+def changed_settings(
+    saved: Any, current: Any, ignore: tuple[str, ...] = ()
+) -> list[tuple[str, Any, Any]]:
+    """``(dotted key, saved value, current value)`` for every setting that differs between two
+    plain config trees; a side without the key gives :data:`ABSENT`. ``ignore``: dotted keys
+    (and what is under them) left out."""
+    changes: list[tuple[str, Any, Any]] = []
 
     def walk(a: Any, b: Any, key: str) -> None:
         if key in ignore:
@@ -177,9 +182,51 @@ def config_changes(saved: Any, current: Any, ignore: tuple[str, ...] = ()) -> li
         if isinstance(a, Mapping) and isinstance(b, Mapping):
             for sub in sorted(set(a) | set(b), key=str):
                 name = f"{key}.{sub}" if key else str(sub)
-                walk(a.get(sub, "<absent>"), b.get(sub, "<absent>"), name)
+                walk(a.get(sub, ABSENT), b.get(sub, ABSENT), name)
         elif a != b:
-            changes.append(f"{key}: {a!r} -> {b!r}")
+            changes.append((key, a, b))
 
     walk(saved, current, "")
     return changes
+
+
+def config_changes(saved: Any, current: Any, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Dotted keys whose values differ between two plain config trees, as ``key: a -> b``.
+
+    Used to warn when a run is resumed with settings other than those it was started with.
+    """
+    return [f"{key}: {a!r} -> {b!r}" for key, a, b in changed_settings(saved, current, ignore)]
+
+
+def model_settings_hint(saved: Any, current: Mapping[str, Any]) -> str:
+    """For a checkpoint whose weights do not fit this model: the ``task.`` settings (what
+    builds the model) that differ from the config it was written with, and the overrides that
+    give that run's values; ``""`` when there is nothing to say. A key the checkpoint's run
+    did not have is newer than it (``task.members``, since issue 47): named, with no value."""
+    if not isinstance(saved, Mapping):
+        return ""
+    changes = changed_settings({"task": saved.get("task")}, {"task": current.get("task")})
+    if not changes:
+        return ""
+    shown = "; ".join(f"{key}: {a!r} -> {b!r}" for key, a, b in changes[:8])
+    if len(changes) > 8:
+        shown += f"; and {len(changes) - 8} more"
+    values = " ".join(f"{'+' if b == ABSENT else ''}{key}={_override_value(a)}"
+                      for key, a, b in changes if a != ABSENT)
+    newer = [key for key, a, _ in changes if a == ABSENT]
+    give = f" (e.g. {values})" if values else ""
+    late = (f"; {', '.join(newer)} did not exist when it ran: give the value that builds the "
+            "model it had (see the key in the config reference)") if newer else ""
+    return (f"; its run's task settings differ from this run's ({shown}): resume with the "
+            f"first run's settings{give}{late}")
+
+
+def _override_value(value: Any) -> str:
+    """``value`` as written in a Hydra command-line override."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_override_value(v) for v in value) + "]"
+    return str(value)

@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from beyondfit import MetricsFile, resume
 from beyondfit.checkpoint import config_changes
 from beyondfit.checkpoint.interrupt import GracefulInterrupt, TrainingInterrupted
+from beyondfit.checkpoint.resume import model_settings_hint
 from beyondfit.cli import debug, startup_gc
 from beyondfit.cli.bounds import check_sizes
 from beyondfit.cli.builders import (
@@ -256,7 +257,7 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
     try:
         path, state = resume(engine, str(cfg.resume), config=current, must_match=_RESUME_SAME)
     except ModelMismatchError as exc:
-        raise BeyondfitError(f"{exc}{_model_settings_hint(exc.saved_config, current)}") from None
+        raise BeyondfitError(f"{exc}{model_settings_hint(exc.saved_config, current)}") from None
     saved = state.get("config")
     if isinstance(saved, Mapping):
         changes = config_changes(saved, current, ignore=_RESUME_MAY_CHANGE)
@@ -271,45 +272,6 @@ def resume_engine(engine: Engine, cfg: DictConfig) -> None:
         "resumed from %s: %d epochs done, optimizer step %d",
         path, engine.epoch, engine.global_step,
     )
-
-
-def _model_settings_hint(saved: Any, current: Mapping[str, Any]) -> str:
-    """For a checkpoint whose weights do not fit: the ``task.`` settings that differ from the
-    run that wrote it (what builds the model), and how to give that run's values. A key the
-    checkpoint's config lacks is newer than that run (e.g. ``task.members``, issue 47):
-    its old model is what the key's neutral value builds."""
-    if not isinstance(saved, Mapping):
-        return ""
-    changes = config_changes({"task": saved.get("task")}, {"task": current.get("task")})
-    if not changes:
-        return ""
-    newer = [c.split(":")[0] for c in changes if c.split(":", 1)[1].startswith(" '<absent>'")]
-    values = " ".join(f"{c.split(':')[0]}={_override(_select_saved(saved, c))}"
-                      for c in changes if c.split(":")[0] not in newer)
-    shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
-    give = f" (e.g. {values})" if values else ""
-    late = (f"; {', '.join(newer)} did not exist when it ran: give the value that builds the "
-            "model it had (see the key in the config reference)") if newer else ""
-    return (f"; its run's task settings differ from this run's ({shown}): resume with the "
-            f"first run's settings{give}{late}")
-
-
-def _select_saved(saved: Mapping[str, Any], change: str) -> Any:
-    value: Any = saved
-    for part in change.split(":")[0].split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _override(value: Any) -> str:
-    """``value`` as a Hydra command-line override value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_override(v) for v in value) + "]"
-    return str(value)
 
 
 def objective(

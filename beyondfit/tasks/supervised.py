@@ -208,11 +208,13 @@ def check_net_fits(sizes: Sequence[int], batch_size: int, hidden: Sequence[int],
     memory, where = machine_memory("cpu")  # a task builds its model on the CPU
     if need > memory:
         widths = list(hidden)
+        fewer = (f" (the figure counts {copies} ensemble members: fewer, e.g. task.members=1, "
+                 "need less)") if copies > 1 else ""
         raise BeyondfitError(
             f"{key}={widths if len(widths) <= 4 else [widths[0], '...', widths[-1]]} over "
             f"{sizes[0]} input values needs at least {gigabytes(need)} of memory (weights, "
             f"gradients, optimizer moments, a batch of {batch_size}), more than {where} has "
-            f"({gigabytes(memory)}); choose smaller widths, e.g. {key}=[64,64]"
+            f"({gigabytes(memory)}); choose smaller widths, e.g. {key}=[64,64]{fewer}"
         )
 
 

@@ -225,11 +225,11 @@ def test_a_checkpoint_of_other_model_settings_names_them_and_resumes_with_them(
 
 
 def test_the_settings_hint_names_keys_newer_than_the_checkpoint() -> None:
-    from beyondfit.cli.run import _model_settings_hint
+    from beyondfit.checkpoint.resume import model_settings_hint
 
     saved = {"task": {"bins": 32, "hidden": [64, 64]}}
     current = {"task": {"bins": "auto", "hidden": [64, 64], "members": 8}}
-    hint = _model_settings_hint(saved, current)
+    hint = model_settings_hint(saved, current)
     assert "(task.bins: 32 -> 'auto'; task.members: '<absent>' -> 8)" in hint
     assert "(e.g. task.bins=32)" in hint and "task.members did not exist when it ran" in hint
-    assert _model_settings_hint(None, current) == "" and _model_settings_hint(saved, saved) == ""
+    assert model_settings_hint(None, current) == "" and model_settings_hint(saved, saved) == ""

@@ -39,3 +39,12 @@ def test_a_network_that_fits_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     assert regression.build(hidden=[2000, 2000]).model is not None
     with pytest.raises(BeyondfitError, match=r"^task\.hidden=\[4000, 4000\] over 10 input"):
         regression.build(hidden=[4000, 4000])  # 16M weights: 256 MB
+
+
+def test_an_ensemble_is_bounded_by_all_its_members(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight members of a network that fits alone are refused, the members named."""
+    monkeypatch.setattr(device, "machine_memory", lambda where: (3 * 10**8, "this machine"))
+    assert classification.build(hidden=[2000, 2000], members=1).model is not None
+    with pytest.raises(BeyondfitError, match=r"^task\.hidden=\[2000, 2000\] over 64 input") as info:
+        classification.build(hidden=[2000, 2000], members=8)
+    assert "counts 8 ensemble members: fewer, e.g. task.members=1" in str(info.value)
