@@ -87,6 +87,9 @@ class ReplayCollector(EnvCollector):
             (random actions, exploration noise, minibatch sampling).
         save_buffer: put the buffer's contents in checkpoints (``False`` for a buffer too large to
             save: a resume then starts from an empty buffer and says so in one line).
+        n_step: rewards each sampled transition sums (:class:`~beyondfit.rl.replay.ReplayBatch`
+            ``discount``); 1: one-step transitions.
+        gamma: the discount of those sums (the task's ``gamma``).
     """
 
     split = ("total_env_steps", "learning_starts")
@@ -94,7 +97,8 @@ class ReplayCollector(EnvCollector):
     def __init__(self, envs: VectorEnv, agent: ExploringAgent, *, total_env_steps: int,
                  buffer_size: int = 1_000_000, batch_size: int = 256, learning_starts: int = 100,
                  updates_per_step: float | None = 1.0, train_freq: int | None = None,
-                 gradient_steps: int = 1, seed: int = 0, save_buffer: bool = True) -> None:
+                 gradient_steps: int = 1, seed: int = 0, save_buffer: bool = True,
+                 n_step: int = 1, gamma: float = 0.99) -> None:
         for name, value in (("total_env_steps", total_env_steps), ("batch_size", batch_size),
                             ("buffer_size", buffer_size)):
             check_number(f"task.{_key(name)}", value, integer=True, above=0)
@@ -110,6 +114,7 @@ class ReplayCollector(EnvCollector):
         self.learning_starts = learning_starts
         self.updates_per_step = None if updates_per_step is None else float(updates_per_step)
         self.save_buffer = bool(save_buffer)
+        self.n_step, self.gamma = n_step, gamma
         if self._owed(total_env_steps) < 1:
             raise BeyondfitError(too_short(total_env_steps, learning_starts, train_freq))
         self.buffer: ReplayBuffer = self._new_buffer(min(buffer_size, total_env_steps))
@@ -135,7 +140,8 @@ class ReplayCollector(EnvCollector):
         starts), after its bytes were measured against the memory; its size is logged."""
         envs = self.envs
         buffer = ReplayBuffer(capacity, envs.single_observation_space, envs.single_action_space,
-                              num_envs=envs.num_envs)  # fmt: skip
+                              num_envs=envs.num_envs, n_step=self.n_step,
+                              gamma=self.gamma)  # fmt: skip
         log.info("replay buffer: %s", buffer.describe())
         return buffer
 

@@ -39,7 +39,9 @@ def _check_tau(tau: float) -> None:
 
 def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
     # A truncated episode bootstraps from next_obs; only a true termination cuts the return.
-    return batch.rewards + gamma * (1.0 - batch.terminated) * next_value
+    # n-step transitions (task.replay.n_step) carry their own gamma^m.
+    discount = gamma if batch.discount is None else batch.discount
+    return batch.rewards + discount * (1.0 - batch.terminated) * next_value
 
 
 class Handoff:

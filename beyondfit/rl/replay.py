@@ -52,6 +52,18 @@ run of the ring), sampling stays uniform over them, and the draw is still the on
 (shifted past dropped slots only when frames were dropped), then one ``index_select`` per
 field, on the device.
 
+**n-step returns** (``n_step > 1``; Sutton 1988, as Rainbow and Dopamine use them): each
+transition also keeps ``follow``, the slot of its env copy's next transition in the same
+episode (``-1``: none yet, or the episode ended there), linked when that one is stored. A
+sampled transition ``t`` then hands out ``rewards = r_t + gamma r_{t+1} + ... + gamma^(m-1)
+r_{t+m-1}``, the ``next_obs``, ``terminated`` and ``truncated`` of transition ``t + m - 1``
+and ``discount = gamma^m``, where ``m`` is ``n_step``, or fewer where the episode ended first
+or its next transitions are not stored yet (the newest ``n_step - 1`` of each copy). A
+successor is newer than its transition, so it is live whenever the transition is: the links
+need no eviction of their own. Computed on the device at sampling, from the one-step
+transitions the buffer holds (a resume needs nothing but the links and each copy's last
+transition).
+
 **Checkpoints** hold the filled part of every field and of each frame stream (on the CPU, each
 saved without a copy of the buffer), the stream positions, and the counters; a restore checks
 all of it against this buffer's spaces before it changes anything, and each failure is one
@@ -76,6 +88,8 @@ from beyondfit.rl.encoders import channels_last, is_image
 
 log = logging.getLogger("beyondfit.rl")
 
+#: The most rewards a sampled transition sums (``task.replay.n_step``): papers use 3 to 20.
+MAX_N_STEP = 100
 #: Frames kept beyond one per transition: ``capacity // FRAME_HEADROOM`` (for episode starts).
 FRAME_HEADROOM = 32
 #: The scalar fields every transition has, float32 ``(C,)``.
@@ -104,6 +118,11 @@ class ReplayBatch(NamedTuple):
             else 0.0.
         truncated: ``(B,)`` float32, 1.0 where a time limit cut the episode (the value of
             ``next_obs`` still counts: bootstrap), else 0.0. Kept apart from ``terminated``.
+        discount: ``None`` for one-step transitions (the loss's ``gamma`` applies). With
+            ``task.replay.n_step`` above 1, ``(B,)`` float32 ``gamma^m``: ``rewards`` is then
+            the discounted sum of ``m`` rewards and ``next_obs`` the observation ``m`` steps
+            on, so a TD target is ``rewards + discount * (1 - terminated) * V(next_obs)``
+            (the shipped losses read it; a loss of your own must, to use ``n_step``).
     """
 
     obs: torch.Tensor
@@ -112,6 +131,7 @@ class ReplayBatch(NamedTuple):
     next_obs: torch.Tensor
     terminated: torch.Tensor
     truncated: torch.Tensor
+    discount: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -159,11 +179,13 @@ class Layout:
         total = capacity + capacity // FRAME_HEADROOM
         return max(2 * self.stack, -(-total // num_envs))
 
-    def nbytes(self, capacity: int, num_envs: int, frames_per_copy: int | None = None) -> int:
-        """Bytes of a buffer of ``capacity`` transitions: every field, the frames, the stream
-        positions and the host-side bookkeeping of the frame rings."""
+    def nbytes(self, capacity: int, num_envs: int, frames_per_copy: int | None = None,
+               n_step: int = 1) -> int:  # fmt: skip
+        """Bytes of a buffer of ``capacity`` transitions: every field (with ``n_step > 1``,
+        the links to the next transitions), the frames, the stream positions and the
+        host-side bookkeeping of the frame rings."""
         action = 8 if self.discrete else 4 * self.actions
-        per = action + 4 * len(SCALARS)
+        per = action + 4 * len(SCALARS) + (8 if n_step > 1 else 0)
         if not self.frames:
             return capacity * (per + 2 * 4 * self.obs_shape[0])
         frames = num_envs * (frames_per_copy or self.frames_per_copy(capacity, num_envs))
@@ -181,10 +203,10 @@ class Layout:
 
 
 def replay_bytes(capacity: int, observation_space: gym.Space, action_space: gym.Space,
-                 num_envs: int = 1) -> int:  # fmt: skip
+                 num_envs: int = 1, n_step: int = 1) -> int:  # fmt: skip
     """Bytes a :class:`ReplayBuffer` of these spaces and ``capacity`` takes (nothing
     allocated)."""
-    return Layout.of(observation_space, action_space).nbytes(capacity, num_envs)
+    return Layout.of(observation_space, action_space).nbytes(capacity, num_envs, n_step=n_step)
 
 
 class ReplayBuffer:
@@ -199,15 +221,23 @@ class ReplayBuffer:
         device: where the fields live (the training device: sampling never leaves it).
         frames_per_copy: each copy's frame ring (images only; default
             :meth:`Layout.frames_per_copy`).
+        n_step: rewards summed per sampled transition (1: one-step transitions; see the
+            module's docstring).
+        gamma: their discount (the task's ``gamma``), read only when ``n_step > 1``.
 
     The memory is allocated here, after :func:`check_fits` measured it against the device's.
     """
 
     def __init__(self, capacity: int, observation_space: gym.Space, action_space: gym.Space,
                  num_envs: int = 1, device: torch.device | str = "cpu",
-                 frames_per_copy: int | None = None) -> None:  # fmt: skip
+                 frames_per_copy: int | None = None, n_step: int = 1,
+                 gamma: float = 0.99) -> None:  # fmt: skip
         check_number("task.replay.buffer_size", capacity, integer=True, above=0,
                      example="task.replay.buffer_size=1000000")
+        self.n_step = check_number("task.replay.n_step", n_step, integer=True, at_least=1,
+                                   at_most=MAX_N_STEP, example="task.replay.n_step=3")
+        self.gamma = check_number("task.gamma", gamma, at_least=0, at_most=1,
+                                  example="task.gamma=0.99")
         if capacity < num_envs:
             raise BeyondfitError(f"task.replay.buffer_size={capacity} is below task.num_envs="
                                  f"{num_envs}: each env step stores one transition per copy")
@@ -222,8 +252,8 @@ class ReplayBuffer:
                 raise BeyondfitError(f"frames_per_copy={frames_per_copy} holds less than two "
                                      f"stacks of {self.stack} frames")
         device = torch.device(device)
-        self.nbytes = layout.nbytes(capacity, num_envs, self.frames_per_copy)
-        check_fits(self.nbytes, capacity, layout, num_envs, device)
+        self.nbytes = layout.nbytes(capacity, num_envs, self.frames_per_copy, self.n_step)
+        check_fits(self.nbytes, capacity, layout, num_envs, device, self.n_step)
         c = capacity
         action = (c,) if layout.discrete else (c, layout.actions)
         fields = {"actions": torch.zeros(action, dtype=torch.int64 if layout.discrete else
@@ -240,6 +270,8 @@ class ReplayBuffer:
         else:
             fields["obs"] = torch.zeros(c, layout.obs_shape[0], device=device)
             fields["next_obs"] = torch.zeros(c, layout.obs_shape[0], device=device)
+        if self.n_step > 1:
+            fields["follow"] = torch.full((c,), -1, dtype=torch.int64, device=device)
         self.fields = fields
         self.added = 0  # transitions ever stored; the next goes to slot added % capacity
         self.size = 0  # live transitions: the newest `size` of them
@@ -257,6 +289,8 @@ class ReplayBuffer:
         self._ring_start = np.zeros((n, ring), dtype=np.int64)
         self._ring_head, self._ring_tail = [0] * n, [0] * n
         self._warned = False
+        # n-step: each copy's newest transition (its number) while its episode goes on, else -1
+        self._last = [-1] * n
 
     # ------------------------------------------------------------------------------ basics
     @property
@@ -275,7 +309,7 @@ class ReplayBuffer:
         device = torch.device(device)
         if self.device == device:
             return self
-        check_fits(self.nbytes, self.capacity, self.layout, self.num_envs, device)
+        check_fits(self.nbytes, self.capacity, self.layout, self.num_envs, device, self.n_step)
         self.fields = {name: t.to(device) for name, t in self.fields.items()}
         if self.layout.frames:
             self.frames = self.frames.to(device)
@@ -290,8 +324,10 @@ class ReplayBuffer:
         what = (f"{layout.obs_shape} {str(layout.dtype).removeprefix('torch.')} frames stored "
                 "once" if layout.frames else f"{layout.obs_shape[0]} float32 values an "
                 "observation")
+        returns = (f", {self.n_step}-step returns (gamma {self.gamma:g})" if self.n_step > 1
+                   else "")
         return (f"{self.capacity:,} transitions, {gigabytes(self.nbytes)} on {self.device} "
-                f"({self.nbytes / self.capacity:,.0f} bytes each: {what})")
+                f"({self.nbytes / self.capacity:,.0f} bytes each: {what}){returns}")
 
     # ------------------------------------------------------------------------------ adding
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray,
@@ -313,6 +349,8 @@ class ReplayBuffer:
             rows = rows[valid]
         m = len(rows)
         if m:
+            copies = np.flatnonzero(valid)
+            done = np.logical_or(terminated, truncated).reshape(-1)[valid]
             staged = self._staged(rows)
             o, a = self.layout.obs_shape[0], self._action_columns
             self._put({"obs": staged[:, :o], "actions": staged[:, o] if self.layout.discrete
@@ -322,6 +360,7 @@ class ReplayBuffer:
                        "truncated": staged[:, 2 * o + a + 2]})  # fmt: skip
             self.added += m
             self.size = min(self.size + m, self.capacity)
+            self._link(copies, done)
         return m
 
     @property
@@ -335,7 +374,11 @@ class ReplayBuffer:
         return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
 
     def _put(self, values: dict[str, torch.Tensor]) -> None:
-        """Write ``m`` transitions' fields at the next slots, wrapping around the capacity."""
+        """Write ``m`` transitions' fields at the next slots, wrapping around the capacity (with
+        ``n_step > 1``, their links not made yet: ``-1``)."""
+        if self.n_step > 1:
+            values["follow"] = torch.full((len(values["rewards"]),), -1, dtype=torch.int64,
+                                          device=self.device)
         start = self.position
         for name, value in values.items():
             field, m = self.fields[name], len(value)
@@ -362,6 +405,7 @@ class ReplayBuffer:
         for c in range(self.num_envs):
             if not valid[c]:  # the autoreset step: a new episode comes next
                 self._tip[c] = self._tip_obs[c] = None
+                self._last[c] = -1
                 continue
             begin = written = self._written[c]
             here = self._tip[c]
@@ -415,7 +459,25 @@ class ReplayBuffer:
             self._ring_head[c] += 1
         self.added += m
         self.size = min(self.size + m, self.capacity)
+        self._link(np.array([c for c, _, _ in stored]), done[valid])
         return m
+
+    def _link(self, copies: np.ndarray, done: np.ndarray) -> None:
+        """``n_step > 1``: after the newest ``len(copies)`` transitions were stored (copy
+        ``copies[j]``'s is number ``added - m + j``), point each copy's previous transition of
+        the same episode to it, if that one is still live."""
+        if self.n_step == 1:
+            return
+        first, oldest = self.added - len(copies), self.added - self.size
+        links = []
+        for j, c in enumerate(copies.tolist()):
+            number = first + j
+            if self._last[c] >= oldest:
+                links.append((self._last[c] % self.capacity, number % self.capacity))
+            self._last[c] = -1 if done[j] else number
+        if links:
+            at, to = torch.tensor(links, device=self.device).unbind(1)
+            self.fields["follow"].index_put_((at,), to)
 
     def _stored(self, obs: np.ndarray) -> np.ndarray:
         """Observations as the frames keep them: ``(n, *obs_shape)`` in the frames' dtype."""
@@ -465,16 +527,35 @@ class ReplayBuffer:
         if self.size < self.capacity and oldest:  # frames dropped some: skip their slots
             index = (index + oldest) % self.capacity
         take = self.fields
+        rewards, discount, last = take["rewards"].index_select(0, index), None, index
+        if self.n_step > 1:
+            rewards, discount, last = self._n_step(index, rewards)
         if self.layout.frames:
             obs = self._stacks(take["obs_at"].index_select(0, index))
-            next_obs = self._stacks(take["next_at"].index_select(0, index))
+            next_obs = self._stacks(take["next_at"].index_select(0, last))
         else:
             obs = take["obs"].index_select(0, index)
-            next_obs = take["next_obs"].index_select(0, index)
-        return ReplayBatch(obs, take["actions"].index_select(0, index),
-                           take["rewards"].index_select(0, index), next_obs,
-                           take["terminated"].index_select(0, index),
-                           take["truncated"].index_select(0, index))  # fmt: skip
+            next_obs = take["next_obs"].index_select(0, last)
+        return ReplayBatch(obs, take["actions"].index_select(0, index), rewards, next_obs,
+                           take["terminated"].index_select(0, last),
+                           take["truncated"].index_select(0, last), discount)  # fmt: skip
+
+    def _n_step(self, index: torch.Tensor, rewards: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip
+        """The ``n_step`` returns from the slots ``index``: the discounted reward sums, their
+        ``gamma^m`` and the slots of the last transition each sums (the module's docstring)."""
+        take, gamma = self.fields, self.gamma
+        last = index
+        discount = torch.full_like(rewards, gamma)
+        for _ in range(self.n_step - 1):
+            # on past an episode's end never (a link is -1 there too: checked on restore)
+            after = take["follow"].index_select(0, last)
+            going = after >= 0
+            last = torch.where(going, after, last)
+            rewards = rewards + torch.where(going, discount * take["rewards"].index_select(
+                0, last), 0.0)  # fmt: skip
+            discount = torch.where(going, discount * gamma, discount)
+        return rewards, discount, last
 
     def transitions(self) -> ReplayBatch:
         """Every live transition, oldest first (for tests and inspection: a copy)."""
@@ -510,6 +591,8 @@ class ReplayBuffer:
             return state
         filled = min(self.added, self.capacity)
         state["fields"] = {name: _saved(t[:filled]) for name, t in self.fields.items()}
+        if self.n_step > 1:
+            state["last"] = list(self._last)
         if self.layout.frames:
             ring = self.frames_per_copy
             state["frames"] = [_saved(self.frames[c * ring: c * ring + min(w, ring)])
@@ -538,6 +621,8 @@ class ReplayBuffer:
             self.added = self.size = 0
             return False
         self.added, self.size = int(state["added"]), int(state["size"])
+        if self.n_step > 1:
+            self._last = [int(x) for x in state["last"]]
         filled = min(self.added, self.capacity)
         for name, field in self.fields.items():
             field[:filled].copy_(state["fields"][name])
@@ -635,12 +720,19 @@ class _Restore:
         if fields is None:
             return None
         self.fields(fields, filled)
+        if buffer.n_step > 1:
+            self.links(fields, added, size)
         return self.streams(fields, added, size) if frames else ()
 
     def fields(self, fields: Any, filled: int) -> None:
         """Every field: a tensor of the buffer's dtype and ``filled`` rows, its values what
         the collector stores."""
         buffer = self.buffer
+        if isinstance(fields, dict) and set(fields) ^ set(buffer.fields) == {"follow"}:
+            raise BeyondfitError(
+                f"buffer.fields {'lacks' if buffer.n_step > 1 else 'holds'} the links of n-step "
+                f"returns: the checkpoint's run had another task.replay.n_step than this run's "
+                f"{buffer.n_step}: resume with the same task.replay.n_step")
         if not isinstance(fields, dict) or set(fields) != set(buffer.fields):
             shown = sorted(fields) if isinstance(fields, dict) else type(fields).__name__
             raise BeyondfitError(f"buffer.fields holds {shown}, not {sorted(buffer.fields)}")
@@ -665,6 +757,28 @@ class _Restore:
                 i = int(bad.nonzero()[0, 0])
                 raise BeyondfitError(f"buffer.{name} holds {float(fields[name][i])!r} at "
                                      f"transition {i}: a done flag is 0 or 1")
+
+    def links(self, fields: dict[str, torch.Tensor], added: int, size: int) -> None:
+        """n-step: each live transition's link is ``-1`` (always at an episode's end) or a
+        newer live transition, and each copy's newest transition (``last``) is ``-1`` or a
+        live one."""
+        buffer, capacity = self.buffer, self.buffer.capacity
+        last = self.state.get("last")
+        if not (isinstance(last, list) and len(last) == buffer.num_envs and all(
+                isinstance(x, int) and (x == -1 or added - size <= x < added) for x in last)):
+            raise BeyondfitError(f"buffer.last={last!r} is not a list of {buffer.num_envs} "
+                                 f"live transition numbers (from {added - size} to "
+                                 f"{added - 1}) or -1: the checkpoint's run had another "
+                                 "task.replay.n_step, or the file was changed")
+        oldest = (added - size) % capacity
+        live = (np.arange(added - size, added) % capacity)
+        to = fields["follow"].numpy()[live]
+        ended = (fields["terminated"].numpy()[live] + fields["truncated"].numpy()[live]) > 0
+        age = (to - oldest) % capacity  # a link's target, counted from the oldest live one
+        if ((to < -1) | (to >= capacity) | ((to >= 0) & (
+                ended | (age <= np.arange(size)) | (age >= size)))).any():
+            raise BeyondfitError("buffer.follow links a transition to one that is not a newer "
+                                 "live transition: the file was changed")
 
     def streams(self, fields: dict[str, torch.Tensor], added: int, size: int
                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
@@ -742,7 +856,7 @@ def _within(actions: torch.Tensor, layout: Layout) -> None:
 
 
 def check_fits(nbytes: int, capacity: int, layout: Layout, num_envs: int,
-               device: torch.device) -> None:  # fmt: skip
+               device: torch.device, n_step: int = 1) -> None:  # fmt: skip
     """Refuse, in one line naming ``task.replay.buffer_size`` and how many transitions would
     fit, a buffer larger than ``device``'s memory (the RAM, or the GPU's)."""
     memory, where = machine_memory(str(device))
@@ -751,7 +865,7 @@ def check_fits(nbytes: int, capacity: int, layout: Layout, num_envs: int,
     low, high = 0, capacity  # the most transitions whose buffer fits
     while low < high:
         mid = (low + high + 1) // 2
-        if layout.nbytes(mid, num_envs) <= memory:
+        if layout.nbytes(mid, num_envs, n_step=n_step) <= memory:
             low = mid
         else:
             high = mid - 1

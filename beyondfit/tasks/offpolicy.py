@@ -40,6 +40,7 @@ REPLAY_DEFAULTS: dict[str, Any] = {
     "train_freq": None,        # or RL-Zoo's: gradient_steps minibatches every train_freq env steps
     "gradient_steps": 1,       # (-1: train_freq of them)
     "save_buffer": True,       # put the buffer in checkpoints (resume= continues exactly)
+    "n_step": 1,               # rewards a sampled transition sums (3: Rainbow's n-step returns)
 }  # fmt: skip
 
 
@@ -100,7 +101,7 @@ def build(
         auxiliary = resolve_aux(aux, aux_options, *_spaces(envs))
         updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
-                               **settings)
+                               gamma=gamma, **settings)
         return rl_task(model, updates, data, described, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,

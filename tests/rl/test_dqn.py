@@ -127,12 +127,13 @@ def test_a_checkpoint_continues_bitwise_and_checks_the_epsilon_schedule(tmp_path
     state = a.state_dict()
     assert 0.05 < state["exploration"]["epsilon"] < 1.0  # mid-schedule
     atomic_save({"data": state, "model": a.agent.state_dict()}, tmp_path / "c.pt")
-    expected = [torch.cat([f.reshape(4, -1).float() for f in next(it)], 1) for _ in range(150)]
+    expected = [torch.cat([f.reshape(4, -1).float() for f in next(it)[:6]], 1)
+                for _ in range(150)]
     saved = safe_load(tmp_path / "c.pt")
     b = q_collector(**make)
     b.agent.load_state_dict(saved["model"])
     b.load_state_dict(saved["data"])
-    got = [torch.cat([f.reshape(4, -1).float() for f in batch], 1)
+    got = [torch.cat([f.reshape(4, -1).float() for f in batch[:6]], 1)
            for batch, _ in zip(b, range(150), strict=False)]
     assert all(torch.equal(x, y) for x, y in zip(got, expected, strict=True))
     # A tampered value is refused before loading; another schedule is refused in one line.
@@ -303,7 +304,8 @@ def test_a_budget_below_learning_starts_is_one_line_before_any_env_step(tmp_path
 
 @pytest.mark.e2e
 def test_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) -> None:
-    overrides = ["+task=cartpole", "algo=dqn", "task.total_env_steps=1100",
+    # n-step returns (3) on: the buffer's links and each copy's last transition go through too
+    overrides = ["+task=cartpole", "algo=dqn", "task.total_env_steps=1100", "task.replay.n_step=3",
                  "task.replay.learning_starts=100", "task.eval_every_env_steps=100000",
                  "task.eval_episodes=2", "task.hidden=[16]", "checkpoint.every=25",
                  "task.replay.train_freq=4", "task.replay.gradient_steps=1",
@@ -313,6 +315,7 @@ def test_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path: Path) 
     got_buffer, expected_buffer = got["data"]["buffer"], expected["data"]["buffer"]
     assert got_buffer.keys() == expected_buffer.keys() and got_buffer["fields"].keys() == \
         expected_buffer["fields"].keys(), context
+    assert "follow" in got_buffer["fields"] and got_buffer["last"] == expected_buffer["last"]
     assert all(torch.equal(got_buffer["fields"][k], expected_buffer["fields"][k])
                for k in got_buffer["fields"]), context
     assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context

@@ -147,7 +147,8 @@ def _same_state(a: object, b: object) -> bool:
 
 
 def _continue(data: ReplayCollector, it, n: int) -> list[torch.Tensor]:
-    return [torch.cat([f.reshape(len(f), -1) for f in next(it)], 1) for _ in range(n)]
+    return [torch.cat([f.reshape(len(f), -1) for f in next(it) if f is not None], 1)
+            for _ in range(n)]
 
 
 def test_collector_checkpoint_continues_bitwise_buffer_env_and_generator(tmp_path: Path) -> None:
@@ -492,7 +493,8 @@ def _trained_by_the_engine(overrides: list[str]) -> tuple[Any, nn.Module, list]:
     train_step = engine.train_step
 
     def recorded(batch: ReplayBatch) -> bool:
-        steps.append((ReplayBatch(*(x.clone() for x in batch)), torch.get_rng_state()))
+        steps.append((ReplayBatch(*(None if x is None else x.clone() for x in batch)),
+                      torch.get_rng_state()))
         return train_step(batch)
 
     engine.train_step = recorded  # type: ignore[method-assign]

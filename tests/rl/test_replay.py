@@ -30,7 +30,8 @@ from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer, replay_bytes
 
-FIELDS = ReplayBatch._fields
+# the fields every transition has (``discount``: only n-step batches, tested apart)
+FIELDS = tuple(f for f in ReplayBatch._fields if f != "discount")
 
 
 # ------------------------------------------------------------------ random vector-env steps
@@ -127,7 +128,10 @@ class Naive:
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal dtype, shape and bytes (0.0 and -0.0 differ; NaN equals itself)."""
+    """Equal dtype, shape and bytes (0.0 and -0.0 differ; NaN equals itself); or both
+    ``None`` (a one-step batch's ``discount``)."""
+    if a is None or b is None:
+        return a is b
     return a.dtype == b.dtype and a.shape == b.shape and (
         a.cpu().numpy().tobytes() == b.cpu().numpy().tobytes())
 
@@ -316,7 +320,8 @@ def test_vector_observations_sample_bitwise_what_the_single_row_buffer_sampled(
         assert buffer.size == old.size and buffer.position == old.position
         if buffer.size:
             got, want = buffer.sample(8, a), old.sample(8, b)
-            for field, x, y in zip(FIELDS, got, want, strict=True):
+            assert got.discount is None  # one-step transitions
+            for field, x, y in zip(FIELDS, got, want, strict=False):
                 assert same_bits(x, y.contiguous()), field
     assert got.obs.dtype == torch.float32 and got.obs.shape == (8, 3)
     assert got.actions.shape == ((8,) if discrete else (8, 2))
@@ -375,24 +380,26 @@ def test_the_command_line_refuses_a_buffer_beyond_the_memory_before_it_allocates
 
 # ------------------------------------------------------------------ checkpoints
 def filled(space: gym.spaces.Box, steps_taken: int, capacity: int = 30, n: int = 3,
-           frames: int | None = None) -> tuple[ReplayBuffer, Iterator]:  # fmt: skip
+           frames: int | None = None, n_step: int = 1) -> tuple[ReplayBuffer, Iterator]:
     buffer = ReplayBuffer(capacity, space, gym.spaces.Discrete(3), num_envs=n,
-                          frames_per_copy=frames)  # fmt: skip
+                          frames_per_copy=frames, n_step=n_step)  # fmt: skip
     stream = steps(space, n, 10_000, seed=7, cut=0.05)
     for _ in range(steps_taken):
         buffer.add(*next(stream))
     return buffer, stream
 
 
+@pytest.mark.parametrize("n_step", [1, 3])
 @pytest.mark.parametrize("name", list(SPACES))
 def test_a_checkpoint_round_trip_samples_the_same_and_goes_on_the_same(
-        tmp_path: Path, name: str) -> None:  # fmt: skip
+        tmp_path: Path, name: str, n_step: int) -> None:  # fmt: skip
     space = SPACES[name]
     k = stack_of(space)
-    a, stream = filled(space, 50, frames=2 * k + 2)  # wrapped, frames run short
+    a, stream = filled(space, 50, frames=2 * k + 2, n_step=n_step)  # wrapped, frames run short
     assert a.size < a.capacity < a.added
     atomic_save({"model": {}, "buffer": a.state_dict()}, tmp_path / "b.pt")
-    b = ReplayBuffer(30, space, gym.spaces.Discrete(3), num_envs=3, frames_per_copy=2 * k + 2)
+    b = ReplayBuffer(30, space, gym.spaces.Discrete(3), num_envs=3, frames_per_copy=2 * k + 2,
+                     n_step=n_step)  # fmt: skip
     b.load_state_dict(safe_load(tmp_path / "b.pt")["buffer"])  # weights_only
     for t in range(40):
         if t % 2:
@@ -496,6 +503,97 @@ def test_an_empty_buffers_own_state_loads(space: gym.spaces.Box,
     buffer = ReplayBuffer(30, space, action_space, num_envs=3)
     assert buffer.load_state_dict(copy.deepcopy(buffer.state_dict())) is True
     assert buffer.size == buffer.added == 0
+
+
+# ------------------------------------------------------------------ n-step returns
+def n_step_reference(naive: Naive, numbers: list[int], n_step: int, gamma: float
+                     ) -> dict[str, torch.Tensor]:  # fmt: skip
+    """The documented n-step transitions, the slow way: from transition ``t`` walk to its env
+    copy's next stored transitions while the episode goes on and they exist, summing the
+    rewards in float32 in the buffer's order."""
+    rewards, discounts, lasts = [], [], []
+    for t in numbers:
+        total = torch.tensor(naive.seen[t][2], dtype=torch.float32)
+        discount = torch.tensor(gamma, dtype=torch.float32)
+        last = t
+        for _ in range(n_step - 1):
+            _, _, _, _, term, trunc = naive.seen[last]
+            later = [u for u in range(last + 1, len(naive.seen))
+                     if naive.copy_of[u] == naive.copy_of[last]]
+            if term or trunc or not later:
+                break
+            last = later[0]
+            total = total + discount * torch.tensor(naive.seen[last][2], dtype=torch.float32)
+            discount = discount * gamma
+        rewards.append(total)
+        discounts.append(discount)
+        lasts.append(last)
+    ends = naive.fields(lasts)
+    return {**naive.fields(numbers), "rewards": torch.stack(rewards),
+            "discount": torch.stack(discounts), "next_obs": ends["next_obs"],
+            "terminated": ends["terminated"], "truncated": ends["truncated"]}
+
+
+N_STEP_SPACES = {"vectors": gym.spaces.Box(-2, 2, (3,), np.float32),
+                 **{k: SPACES[k] for k in ("atari-like uint8 stacks",
+                                            "minatar-like bool boards")}}
+
+
+@pytest.mark.parametrize("name", list(N_STEP_SPACES))
+def test_n_step_transitions_are_the_discounted_sums_a_naive_walk_finds(name: str) -> None:
+    """Every live transition (wrapped, frames run short, several copies, episodes of 1 to 5
+    steps ending terminated or truncated, the newest ones not followed yet) against
+    :func:`n_step_reference`, bitwise, after each env step; sampling draws the same rows."""
+    space, n, capacity, gamma = N_STEP_SPACES[name], 3, 40, 0.9
+    image = replay.is_image(space)
+    k = stack_of(space) if image else 0
+    buffer = ReplayBuffer(capacity, space, gym.spaces.Discrete(3), num_envs=n, n_step=3,
+                          gamma=gamma, frames_per_copy=2 * k + 4 if image else None)
+    naive = Naive(capacity, buffer.fields["obs"].dtype if not image else buffer.frames.dtype)
+    shortened, discounts = False, set()
+    for t, step in enumerate(steps(space, n, 120, seed=11)):
+        buffer.add(*step)
+        naive.add(*step)
+        shortened |= buffer.size < min(buffer.added, capacity)
+        live = list(range(buffer.added - buffer.size, buffer.added))
+        every, want = buffer.transitions(), n_step_reference(naive, live, 3, gamma)
+        for field in (*FIELDS, "discount"):
+            assert same_bits(getattr(every, field), want[field]), (t, field)
+        discounts |= {round(d, 4) for d in every.discount.tolist()}
+    assert shortened == image and buffer.added > 2 * capacity
+    assert discounts == {0.9, 0.81, 0.729}  # sums of 1, 2 and 3 rewards
+    one_step = ReplayBuffer(capacity, space, gym.spaces.Discrete(3), num_envs=n)
+    assert one_step.transitions().discount is None
+
+
+def test_n_step_needs_the_links_of_its_own_kind_to_resume() -> None:
+    space = SPACES["minatar-like bool boards"]
+    three, _ = filled(space, 40, n_step=3)
+    one, _ = filled(space, 40)
+    state = three.state_dict()
+    for source, target, word in ((three, one, "holds"), (one, three, "lacks")):
+        fresh = ReplayBuffer(30, space, gym.spaces.Discrete(3), num_envs=3, n_step=target.n_step)
+        with pytest.raises(BeyondfitError, match=rf"^buffer\.fields {word} the links of n-step "
+                                                 r"returns: .* resume with the same "
+                                                 r"task\.replay\.n_step$"):
+            fresh.load_state_dict(source.state_dict())
+    links = state["fields"]["follow"]
+    live = (np.arange(three.added - three.size, three.added) % 30)
+    linked = int(live[(links.numpy()[live] >= 0).argmax()])
+    doctored = [("fields.follow", lambda t: t.index_fill(0, torch.tensor([linked]), linked),
+                 r"^buffer\.follow links a transition to one that is not a newer live "),
+                ("fields.follow", lambda t: t.index_fill(0, torch.tensor([linked]), 99),
+                 r"^buffer\.follow links"),
+                ("last", [three.added, -1, -1], r"^buffer\.last=\[\d+, -1, -1\] is not a list "
+                                                r"of 3 live transition numbers"),
+                ("last", None, r"^buffer\.last=None is not a list")]
+    for key, value, message in doctored:
+        fresh = ReplayBuffer(30, space, gym.spaces.Discrete(3), num_envs=3, n_step=3)
+        with pytest.raises(BeyondfitError, match=message):
+            fresh.load_state_dict(_doctored(state, key, value))
+        assert fresh.added == 0
+    with pytest.raises(BeyondfitError, match=r"^task\.replay\.n_step=0; it must be a whole "):
+        ReplayBuffer(30, space, gym.spaces.Discrete(3), n_step=0)
 
 
 def test_a_state_without_contents_leaves_the_buffer_empty() -> None:
