@@ -77,6 +77,31 @@ def test_a_loss_swapped_into_algo_dqn_keeps_the_tuned_preset(launch_dir: Path) -
     assert {"q/loss", "q/td", "q/cql"} <= logged
 
 
+def test_the_pages_dqn_loss_reads_the_n_step_discount(launch_dir: Path, monkeypatch) -> None:
+    """``task.replay.n_step=3`` hands gamma^m in ``batch.discount``: the page's own loss must
+    read it (a full gamma is the one-step target, gamma^3 another)."""
+    import gymnasium as gym
+    import torch
+
+    from beyondfit.core.target import SlowCopy
+    from beyondfit.rl.agents import QAgent
+    from beyondfit.rl.replay import ReplayBatch
+
+    monkeypatch.syspath_prepend(str(launch_dir))
+    mymod = __import__("mymod")
+    torch.manual_seed(0)
+    agent = QAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden=(8,))
+    agent.q_target = SlowCopy(agent.q, rate=1.0)
+    (update,) = mymod.cql_dqn(gamma=0.9, alpha=0.5)
+    g = torch.Generator().manual_seed(1)
+    fields = (torch.randn(8, 3, generator=g), torch.randint(2, (8,), generator=g),
+              torch.randn(8, generator=g), torch.randn(8, 3, generator=g), torch.zeros(8),
+              torch.zeros(8))  # fmt: skip
+    td = {name: update.loss(agent, ReplayBatch(*fields, discount))["td"] for name, discount in
+          (("one", None), ("gamma", torch.full((8,), 0.9)), ("three", torch.full((8,), 0.729)))}
+    assert torch.equal(td["one"], td["gamma"]) and not torch.equal(td["one"], td["three"])
+
+
 def test_task_optimizers_names_on_the_command_line_need_no_plus() -> None:
     from beyondfit.cli.app import open_update_names
 

@@ -161,18 +161,21 @@ def _agent_with_target() -> QAgent:
     return agent
 
 
+@pytest.mark.parametrize("n_step", [1, 3])
 @pytest.mark.parametrize("double", [False, True])
 @pytest.mark.parametrize("huber", [True, False])
-def test_dqn_loss_plain_and_double_against_a_hand_computed_target(double: bool,
-                                                                  huber: bool) -> None:
+def test_dqn_loss_plain_and_double_against_a_hand_computed_target(double: bool, huber: bool,
+                                                                  n_step: int) -> None:
     agent = _agent_with_target()
     generator = torch.Generator().manual_seed(1)
+    # n-step transitions carry gamma^m (m rewards summed: 1 to 3), which replaces gamma
+    discount = None if n_step == 1 else 0.9 ** torch.randint(1, 4, (16,), generator=generator)
     batch = ReplayBatch(torch.randn(16, 3, generator=generator),
                         torch.randint(4, (16,), generator=generator),
                         torch.randn(16, generator=generator),
                         torch.randn(16, 3, generator=generator),
                         (torch.rand(16, generator=generator) < 0.3).float(),
-                        torch.zeros(16))  # fmt: skip
+                        torch.zeros(16), discount)  # fmt: skip
     (update,) = dqn_loss(gamma=0.9, double=double, huber=huber, target_every=7)
     assert (update.name, update.trains, update.every) == ("q", "q", 1)
     assert (update.target.name, update.target.rate, update.target.every) == ("q_target", 1.0, 7)
@@ -184,7 +187,8 @@ def test_dqn_loss_plain_and_double_against_a_hand_computed_target(double: bool,
             value = next_target[torch.arange(16), picked]
         else:
             value = next_target.max(1).values
-        target = batch.rewards + 0.9 * (1 - batch.terminated) * value
+        target = batch.rewards + (0.9 if discount is None else discount) * (
+            1 - batch.terminated) * value
     taken = agent.q(batch.obs)[torch.arange(16), batch.actions]
     expected = F.smooth_l1_loss(taken, target) if huber else F.mse_loss(taken, target)
     torch.testing.assert_close(out["loss"], expected, rtol=0, atol=0)
