@@ -29,9 +29,11 @@ in the SB3 child; ``threads=1`` for beyondfit). The return of a run is the mean 
 score** of its last 100 *training* episodes (fewer if it finished fewer): a full game (all
 lives), unclipped, as the episode statistics wrapper innermost on the unwrapped env reports
 it (SB3's ``Monitor`` under ``AtariWrapper``; CleanRL's ``RecordEpisodeStatistics`` under its
-wrappers; MinAtar has no clipping or lives). Each run writes one small JSON file,
-``RESULTS/SUITE-METHOD-GAME-BUDGET-seedS.json`` (default ``bench/results/pixels/``), and is not
-run again while that file exists; logs and scratch files go to ``--work`` (outside the repo).
+wrappers; MinAtar has no clipping or lives). Each run's result goes into its suite's one JSON
+file, ``RESULTS/SUITE.json`` (default ``bench/results/pixels/``), under the key
+``SUITE-METHOD-GAME-BUDGET-seedS`` (written under a lock, so two runs of a suite may finish
+together), and is not run again while that key is there; logs and scratch files go to
+``--work`` (outside the repo).
 The table is built from the files and written to ``RESULTS/SUITE.md``. Results are written,
 never asserted on: times depend on the machine.
 
@@ -102,6 +104,7 @@ the last rows covering 100 episodes' worth of ``episode_return``), and ``result.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -557,21 +560,42 @@ def _commit() -> str:
         return "unknown"
 
 
-def result_path(results: Path, suite: str, method: str, game: str, budget: int,
-                seed: int) -> Path:  # fmt: skip
-    """Where one run's result is kept."""
-    return results / f"{suite}-{method}-{game}-{budget}-seed{seed}.json"
+def result_key(suite: str, method: str, game: str, budget: int, seed: int) -> str:
+    """One run's key in its suite's result file."""
+    return f"{suite}-{method}-{game}-{budget}-seed{seed}"
+
+
+def suite_results(results: Path, suite: str) -> dict[str, dict]:
+    """Every kept result of ``suite`` (``RESULTS/SUITE.json``), by :func:`result_key`."""
+    path = results / f"{suite}.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def keep_result(results: Path, suite: str, key: str, result: dict) -> None:
+    """Add one result to its suite's file: read, add, write a copy and rename it over the
+    file, under an exclusive lock (``.SUITE.lock`` beside it, not kept in git), so results of
+    two runs finishing together are both kept."""
+    results.mkdir(parents=True, exist_ok=True)
+    with open(results / f".{suite}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        kept = suite_results(results, suite)
+        kept[key] = result
+        path = results / f"{suite}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dict(sorted(kept.items())), indent=1) + "\n")
+        os.replace(tmp, path)
 
 
 def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: int) -> dict:
-    """Run one job unless its file exists; write the file atomically."""
+    """Run one job unless its result is kept; keep it."""
     budget = args.budget or METHODS[suite][method][1]
-    path = result_path(args.results, suite, method, game, budget, seed)
-    if path.exists():
-        return json.loads(path.read_text())
-    work = Path(args.work) / path.stem
+    key = result_key(suite, method, game, budget, seed)
+    kept = suite_results(args.results, suite).get(key)
+    if kept is not None:
+        return kept
+    work = Path(args.work) / key
     work.mkdir(parents=True, exist_ok=True)
-    print(f"{path.stem}: running (log {work / 'log.txt'})", file=sys.stderr, flush=True)
+    print(f"{key}: running (log {work / 'log.txt'})", file=sys.stderr, flush=True)
     g = SUITES[suite][game]
     out = RUNNERS[method](suite, method, g, seed, budget, work, args)
     default = budget == METHODS[suite][method][1]
@@ -581,12 +605,9 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
                env_steps_per_cpu_second=out["env_steps"] / out["cpu_seconds"],
                versions=versions(), commit=_commit(), machine=platform.machine(),
                cpu=cpu_name(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"))
-    args.results.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1) + "\n")
-    os.replace(tmp, path)
+    keep_result(args.results, suite, key, out)
     ret = out["return_last100"]
-    print(f"{path.stem}: return {ret if ret is None else round(ret, 2)}, "
+    print(f"{key}: return {ret if ret is None else round(ret, 2)}, "
           f"{out['env_steps']} env steps, {out['cpu_seconds']:.0f} CPU s, "
           f"{out['env_steps_per_cpu_second']:.0f} steps/CPU s", file=sys.stderr, flush=True)
     return out
@@ -608,8 +629,7 @@ def kept_runs(results: Path, suite: str,
               seeds: list[int] | None = None) -> dict[tuple[str, str, int], list[dict]]:
     """The kept result files of ``suite``, by (game, method, budget)."""
     kept: dict[tuple[str, str, int], list[dict]] = {}
-    for path in sorted(results.glob(f"{suite}-*.json")):
-        r = json.loads(path.read_text())
+    for r in suite_results(results, suite).values():
         if r["suite"] == suite and (seeds is None or r["seed"] in seeds):
             kept.setdefault((r["game"], r["method"], r["budget"]), []).append(r)
     return kept

@@ -57,8 +57,9 @@ def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     budget = int(argv[argv.index("--budget") + 1])
-    (path,) = (tmp_path / "pixels").glob(f"{suite}-sb3-ppo-breakout-{budget}-seed1.json")
-    result = json.loads(path.read_text())
+    kept = json.loads((tmp_path / "pixels" / f"{suite}.json").read_text())  # the suite's file
+    assert list(kept) == [f"{suite}-sb3-ppo-breakout-{budget}-seed1"]
+    result = kept[f"{suite}-sb3-ppo-breakout-{budget}-seed1"]
     assert FIELDS <= set(result)
     assert result["env_steps"] >= budget and result["cpu_seconds"] > 0
     assert result["peak_rss_mib"] > 0 and result["torch_threads"] == 1
@@ -68,7 +69,7 @@ def test_docstring_smoke_command_writes_a_result_and_the_table(atari, suite, tmp
     # Kept: the same command does not run again (a queue resumes).
     again = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "running" not in again.stderr
-    assert json.loads(path.read_text()) == result
+    assert json.loads((tmp_path / "pixels" / f"{suite}.json").read_text()) == kept
 
 
 def run_suite_smoke_line(atari, suite: str, tmp_path) -> dict:
@@ -79,8 +80,8 @@ def run_suite_smoke_line(atari, suite: str, tmp_path) -> dict:
     argv += ["--work", str(tmp_path / "work")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    (path,) = (tmp_path / "pixels").glob(f"{suite}-*.json")
-    return json.loads(path.read_text())
+    (result,) = json.loads((tmp_path / "pixels" / f"{suite}.json").read_text()).values()
+    return result
 
 
 def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, tmp_path):
@@ -120,8 +121,8 @@ def test_the_atari_suite_runs_beyondfit_with_one_greedy_game_as_the_peers_evalua
             "--work", str(tmp_path / "work")]
     done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads((tmp_path / "pixels" / "atari-beyondfit-ppo-breakout-1024-seed1.json")
-                        .read_text())
+    result = json.loads((tmp_path / "pixels" / "atari.json").read_text())[
+        "atari-beyondfit-ppo-breakout-1024-seed1"]
     assert "task.confirm_episodes=0" in result["command"]
     assert "task.eval_episodes=1" in result["command"] and result["greedy_return"] is not None
     run_dir = tmp_path / "work" / "atari-beyondfit-ppo-breakout-1024-seed1" / "run"
@@ -169,3 +170,16 @@ def test_the_queue_lists_runs_the_script_knows(atari):
         method, game, seed = words[words.index("--run") + 1:][:3]
         _, _, seeds, games = atari.METHODS[suite][method]
         assert game in games and int(seed) in seeds, line
+
+
+def test_results_of_two_runs_finishing_together_are_both_kept(atari, tmp_path):
+    """Each run adds its key to the suite's one file under a lock: 2 processes x 20 results
+    added at once, none lost."""
+    script = ("import sys; sys.path.insert(0, sys.argv[1]); import atari; from pathlib import "
+              "Path\nfor i in range(20): atari.keep_result(Path(sys.argv[2]), 'minatar', "
+              "f'{sys.argv[3]}-{i}', {'i': i})")
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(SCRIPT.parent),
+                                 str(tmp_path), name]) for name in ("a", "b")]
+    assert [w.wait(timeout=120) for w in writers] == [0, 0]
+    kept = atari.suite_results(tmp_path, "minatar")
+    assert sorted(kept) == sorted(f"{n}-{i}" for n in "ab" for i in range(20))
