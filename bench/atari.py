@@ -627,7 +627,7 @@ def cpu_name() -> str:
 # ---------------------------------------------------------------------------------------- table
 def kept_runs(results: Path, suite: str,
               seeds: list[int] | None = None) -> dict[tuple[str, str, int], list[dict]]:
-    """The kept result files of ``suite``, by (game, method, budget)."""
+    """The kept results of ``suite``, by (game, method, budget)."""
     kept: dict[tuple[str, str, int], list[dict]] = {}
     for r in suite_results(results, suite).values():
         if r["suite"] == suite and (seeds is None or r["seed"] in seeds):

@@ -4,7 +4,8 @@
 #   DRY_RUN=1 bash bench/atari_queue.sh     # the runs it would start, one a line
 # Run a copy (cp bench/atari_queue.sh /tmp/q.sh; bash /tmp/q.sh): bash reads a script as it
 # runs, so editing the file under a running queue derails it.
-# Each line is one run; a run whose result file exists is skipped, so the queue resumes.
+# Each line is one run; a run whose result is kept (RESULTS/SUITE.json) is skipped, so the
+# queue resumes.
 # Logs and scratch go to WORK (outside the repo); results to bench/results/pixels/.
 # PEERS=0 leaves the peers' runs out, OURS=0 beyondfit's (two queues may run side by side).
 cd "$(dirname "$0")/.." || exit 1
