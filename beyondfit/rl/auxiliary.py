@@ -436,6 +436,10 @@ def self_prediction(observation_space: gym.spaces.Box, action_space: gym.Space,
         if next_obs is None:
             raise BeyondfitError("task.aux=self_prediction reads batch.next_obs, which this "
                                  "batch has not (a collector built without transitions=True)")
+        if getattr(batch, "discount", None) is not None:
+            raise BeyondfitError("task.aux=self_prediction predicts one step ahead, but with "
+                                 "task.replay.n_step above 1 batch.next_obs is up to n steps "
+                                 "on: set task.replay.n_step=1")
         a = batch.actions
         a = F.one_hot(a.long(), actions).float() if discrete else a.flatten(1).float()
         z_next = model.spr_transition(torch.cat([model.encoder(batch.obs), a], 1))

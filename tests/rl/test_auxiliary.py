@@ -192,6 +192,15 @@ def test_each_term_rides_on_the_encoders_optimizer_and_its_copies_follow_each_st
         assert not torch.equal(old, new) and not torch.equal(new, source)
 
 
+def test_self_prediction_refuses_n_step_transitions_in_one_line() -> None:
+    """Its target is the next observation; an n-step batch's ``next_obs`` is up to n on."""
+    _, engine, _ = _dqn_engine(["self_prediction"])
+    batch = _replay_batch(BOARD)._replace(discount=torch.full((8,), 0.81))
+    with pytest.raises(BeyondfitError, match=r"^task\.aux=self_prediction predicts one step "
+                                             r"ahead, .* set task\.replay\.n_step=1$"):
+        engine.fit([batch], verbose=False)
+
+
 def test_the_sum_is_the_rl_loss_plus_each_weighted_term() -> None:
     agent = _q_agent()
     seen = []
