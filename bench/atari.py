@@ -80,7 +80,8 @@ stride 1)``, ReLU, flatten, ``Linear(1024, 128)``, ReLU) as a ``BaseFeaturesExtr
 - ``beyondfit-ppo``, ``beyondfit-dqn``: ``python -m beyondfit +task=minatar algo=ppo|dqn
   task.env=MinAtar/NAME-v1 seed=S task.total_env_steps=B ...``: the presets
   ``minatar_ppo.yaml`` (the zoo's settings but the learning rate, 5e-4 annealed, chosen on
-  tuning seeds 0 and 4) and ``minatar_dqn.yaml`` (the paper's, as SB3's above).
+  tuning seeds 0 and 4) and ``minatar_dqn.yaml`` (the paper's, as SB3's above, with 3-step
+  returns, chosen on tuning seeds 0 and 4; SB3's DQN has one-step returns only).
 
 **MinAtar-aux suite** (self-supervision inside RL): beyondfit PPO on MinAtar Breakout and
 SpaceInvaders, 500,000 env steps, seeds 1-3, once per ``task.aux`` variant (``none``,
@@ -730,7 +731,8 @@ def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
     else:
         notes += ["", "Network (both SB3 methods): the MinAtar paper's Conv2d(C, 16, 3) + "
                   "Linear(1024, 128), linear heads. PPO: the zoo's Atari PPO settings; DQN: "
-                  "the paper's (RMSProp), see `bench/atari.py`."]
+                  "the paper's (RMSProp; beyondfit's with 3-step returns), see "
+                  "`bench/atari.py`."]
     return "\n".join(lines + notes) + "\n"
 
 
