@@ -19,6 +19,8 @@ temporary folder instead of /tmp/pixels):
       --run beyondfit-ppo-self_prediction breakout 1
   python bench/atari.py --suite atari100k --budget 1700 --results /tmp/pixels \\
       --run beyondfit-dqn-shift breakout 1
+  python bench/atari.py --suite minatar --budget 600 --results /tmp/pixels \\
+      --run sb3-dqn-n3 breakout 1
 
 Every run is a subprocess of this script, timed from the outside: ``os.wait4`` gives the
 child's CPU seconds (user + system, its own waited-for children included) and its peak RSS;
@@ -77,6 +79,8 @@ stride 1)``, ReLU, flatten, ``Linear(1024, 128)``, ReLU) as a ``BaseFeaturesExtr
   copied every 1,000 steps, epsilon 1.0 to 0.1 over the first 100,000 steps, 5,000 steps
   before learning, gamma 0.99, Huber loss, the paper's RMSProp (lr 2.5e-4, alpha 0.95,
   eps 0.01, centered), no gradient clipping (SB3's default would clip at 10).
+- ``sb3-dqn-n3``: the same with SB3's 3-step returns (``n_steps=3``, SB3 2.7 and later): what
+  beyondfit's MinAtar DQN preset adds to the paper's settings, given to SB3 as well.
 - ``beyondfit-ppo``, ``beyondfit-dqn``: ``python -m beyondfit +task=minatar algo=ppo|dqn
   task.env=MinAtar/NAME-v1 seed=S task.total_env_steps=B ...``: the presets
   ``minatar_ppo.yaml`` (the zoo's settings but the learning rate, 5e-4 annealed, chosen on
@@ -158,6 +162,7 @@ MINATAR_DQN = {"policy": "MlpPolicy + MinAtarCNN, net_arch=[]", "n_envs": 1,
                "learning_starts": 5_000, "gamma": 0.99, "loss": "Huber (SB3's smooth_l1)",
                "optimizer": "RMSprop(lr=2.5e-4, alpha=0.95, eps=0.01, centered=True)",
                "max_grad_norm": "none"}
+MINATAR_DQN_N3 = {**MINATAR_DQN, "n_steps": 3}
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,8 @@ METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]]
                     ("breakout", "space_invaders", "asterix")),
         "sb3-dqn": ("SB3 DQN (MinAtar paper)", 500_000, (1, 2),
                     ("breakout", "space_invaders")),
+        "sb3-dqn-n3": ("SB3 DQN (MinAtar paper, 3-step returns)", 500_000, (1, 2),
+                       ("breakout", "space_invaders")),
         "beyondfit-ppo": ("beyondfit `+task=minatar algo=ppo`", 1_000_000, (1, 2, 3),
                           ("breakout", "space_invaders", "asterix")),
         "beyondfit-dqn": ("beyondfit `+task=minatar algo=dqn`", 500_000, (1, 2),
@@ -233,8 +240,8 @@ METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]]
 #: bar: at most 0.7x its CPU), on MinAtar SB3's, in the aux suite no auxiliary loss.
 BASELINE = {
     "atari": {"cleanrl": "cleanrl", "sb3-ppo": "cleanrl", "beyondfit-ppo": "cleanrl"},
-    "minatar": {"sb3-ppo": "sb3-ppo", "sb3-dqn": "sb3-dqn", "beyondfit-ppo": "sb3-ppo",
-                "beyondfit-dqn": "sb3-dqn"},
+    "minatar": {"sb3-ppo": "sb3-ppo", "sb3-dqn": "sb3-dqn", "sb3-dqn-n3": "sb3-dqn",
+                "beyondfit-ppo": "sb3-ppo", "beyondfit-dqn": "sb3-dqn"},
     "minatar-aux": {f"beyondfit-ppo-{aux}": "beyondfit-ppo-none" for aux in AUX_VARIANTS},
     "atari100k": {f"beyondfit-dqn-{aux}": "beyondfit-dqn-none"
                   for aux in ("none", "shift", "self_prediction")},
@@ -339,7 +346,7 @@ def sb3_child(suite: str, method: str, env_id: str, seed: int, budget: int) -> d
                                        normalize_images=False),
                     seed=seed, device="cpu")
     else:
-        hp = MINATAR_DQN
+        hp = MINATAR_DQN_N3 if method == "sb3-dqn-n3" else MINATAR_DQN
         env = make_vec_env(env_id, n_envs=1, seed=seed)
         model = DQN("MlpPolicy", env, buffer_size=hp["buffer_size"],
                     batch_size=hp["batch_size"], train_freq=hp["train_freq"],
@@ -350,6 +357,7 @@ def sb3_child(suite: str, method: str, env_id: str, seed: int, budget: int) -> d
                     exploration_fraction=min(1.0, hp["exploration_steps"] / budget),
                     learning_starts=min(hp["learning_starts"], budget // 2),
                     gamma=hp["gamma"], learning_rate=2.5e-4, max_grad_norm=float("inf"),
+                    **({"n_steps": hp["n_steps"]} if "n_steps" in hp else {}),
                     policy_kwargs=dict(features_extractor_class=minatar_cnn(), net_arch=[],
                                        normalize_images=False,
                                        optimizer_class=torch.optim.RMSprop,
@@ -398,7 +406,8 @@ def run_sb3(suite: str, method: str, game: Game, seed: int, budget: int, work: P
     measured = timed(cmd, ROOT, work / "log.txt")
     child = json.loads(out.read_text())
     settings = ZOO_ATARI_PPO if suite == "atari" else (
-        MINATAR_PPO if method == "sb3-ppo" else MINATAR_DQN)
+        MINATAR_PPO if method == "sb3-ppo" else MINATAR_DQN_N3 if method == "sb3-dqn-n3"
+        else MINATAR_DQN)
     extra = {"env_kwargs": ATARI_ENV_KWARGS} if suite == "atari" else {}
     return {**measured, **summary(child["episodes"], child["env_steps"]),
             "return_source": "SB3 Monitor (innermost): raw score of a whole game",
@@ -502,7 +511,7 @@ def run_beyondfit(suite: str, method: str, game: Game, seed: int, budget: int, w
 
 
 RUNNERS = {"cleanrl": run_cleanrl, "sb3-ppo": run_sb3, "sb3-dqn": run_sb3,
-           "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit,
+           "sb3-dqn-n3": run_sb3, "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit,
            **{f"beyondfit-ppo-{aux}": run_beyondfit for aux in AUX_VARIANTS},
            **{f"beyondfit-dqn-{aux}": run_beyondfit for aux in ("none", "shift",
                                                                "self_prediction")}}

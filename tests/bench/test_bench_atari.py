@@ -100,6 +100,21 @@ def test_aux_suite_smoke_command_runs_beyondfit_with_the_auxiliary_loss(atari, t
     assert "aux" not in atari.table(tmp_path / "pixels", "minatar")
 
 
+def test_sb3_dqn_with_3_step_returns_is_the_papers_dqn_given_n_steps_3(atari, tmp_path):
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    (line,) = [c for c in smoke_lines(atari) if "sb3-dqn-n3" in c]
+    argv = [a.replace("/tmp/pixels", str(tmp_path / "pixels")) for a in shlex.split(line)]
+    argv = [sys.executable if a == "python" else a for a in argv]
+    done = subprocess.run([*argv, "--work", str(tmp_path / "work")], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (result,) = json.loads((tmp_path / "pixels" / "minatar.json").read_text()).values()
+    assert result["method"] == "sb3-dqn-n3" and result["env_steps"] >= 600
+    assert result["settings"] == {**atari.MINATAR_DQN, "n_steps": 3}
+    assert "| SB3 DQN (MinAtar paper, 3-step returns) | 1 |" in done.stdout
+
+
 def test_atari100k_smoke_command_runs_dqn_with_the_shift_and_says_the_published_means(
         atari, tmp_path):
     pytest.importorskip("ale_py")
