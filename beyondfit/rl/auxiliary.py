@@ -422,7 +422,8 @@ def reconstruction(observation_space: gym.spaces.Box, weight: float = 1.0,
 def self_prediction(observation_space: gym.spaces.Box, action_space: gym.Space,
                     weight: float = 1.0, rate: float = 0.01, projection: int = 128,
                     hidden: int = 256) -> AuxLoss:  # fmt: skip
-    """SPR's term, one step ahead: ``2 - 2 cos(q(g(T(z, a))), g'(f'(next_obs)))`` averaged over
+    """SPR's term, one step ahead: ``2 - 2 cos(q(g(T(z, a))), g'(f'(next_obs)))`` (an n-step
+    replay batch's ``one_step_obs`` for ``next_obs``) averaged over
     the batch, with ``z = f(obs)`` the online encoder, ``T`` the transition model
     (``model.spr_transition``: features and action to next features), ``g`` the projection
     (``model.spr_projection``), ``q`` the prediction head (``model.spr_predictor``), and
@@ -436,10 +437,8 @@ def self_prediction(observation_space: gym.spaces.Box, action_space: gym.Space,
         if next_obs is None:
             raise BeyondfitError("task.aux=self_prediction reads batch.next_obs, which this "
                                  "batch has not (a collector built without transitions=True)")
-        if getattr(batch, "discount", None) is not None:
-            raise BeyondfitError("task.aux=self_prediction predicts one step ahead, but with "
-                                 "task.replay.n_step above 1 batch.next_obs is up to n steps "
-                                 "on: set task.replay.n_step=1")
+        if getattr(batch, "one_step_obs", None) is not None:  # n-step: next_obs is further on
+            next_obs = batch.one_step_obs
         a = batch.actions
         a = F.one_hot(a.long(), actions).float() if discrete else a.flatten(1).float()
         z_next = model.spr_transition(torch.cat([model.encoder(batch.obs), a], 1))

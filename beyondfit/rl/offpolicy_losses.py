@@ -38,8 +38,7 @@ def _check_tau(tau: float) -> None:
 
 
 def _td_target(batch: ReplayBatch, next_value: torch.Tensor, gamma: float) -> torch.Tensor:
-    # A truncated episode bootstraps from next_obs; only a true termination cuts the return.
-    # n-step transitions (task.replay.n_step) carry their own gamma^m.
+    # Only a true termination cuts the return (truncated: bootstrap); n-step batches bring gamma^m.
     discount = gamma if batch.discount is None else batch.discount
     return batch.rewards + discount * (1.0 - batch.terminated) * next_value
 

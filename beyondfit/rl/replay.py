@@ -123,6 +123,9 @@ class ReplayBatch(NamedTuple):
             the discounted sum of ``m`` rewards and ``next_obs`` the observation ``m`` steps
             on, so a TD target is ``rewards + discount * (1 - terminated) * V(next_obs)``
             (the shipped losses read it; a loss of your own must, to use ``n_step``).
+        one_step_obs: ``None`` for one-step transitions (``next_obs`` is it); with ``n_step``
+            above 1, the observation one step after ``obs``, as ``obs``: for what models one
+            step of the dynamics (``task.aux=[self_prediction]``).
     """
 
     obs: torch.Tensor
@@ -132,6 +135,7 @@ class ReplayBatch(NamedTuple):
     terminated: torch.Tensor
     truncated: torch.Tensor
     discount: torch.Tensor | None = None
+    one_step_obs: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -530,15 +534,17 @@ class ReplayBuffer:
         rewards, discount, last = take["rewards"].index_select(0, index), None, index
         if self.n_step > 1:
             rewards, discount, last = self._n_step(index, rewards)
+        ends = (last,) if discount is None else (last, index)  # n-step: one step on as well
         if self.layout.frames:
             obs = self._stacks(take["obs_at"].index_select(0, index))
-            next_obs = self._stacks(take["next_at"].index_select(0, last))
+            nexts = [self._stacks(take["next_at"].index_select(0, at)) for at in ends]
         else:
             obs = take["obs"].index_select(0, index)
-            next_obs = take["next_obs"].index_select(0, last)
-        return ReplayBatch(obs, take["actions"].index_select(0, index), rewards, next_obs,
+            nexts = [take["next_obs"].index_select(0, at) for at in ends]
+        return ReplayBatch(obs, take["actions"].index_select(0, index), rewards, nexts[0],
                            take["terminated"].index_select(0, last),
-                           take["truncated"].index_select(0, last), discount)  # fmt: skip
+                           take["truncated"].index_select(0, last), discount,
+                           nexts[1] if len(nexts) > 1 else None)  # fmt: skip
 
     def _n_step(self, index: torch.Tensor, rewards: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # fmt: skip

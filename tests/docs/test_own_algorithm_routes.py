@@ -77,9 +77,11 @@ def test_a_loss_swapped_into_algo_dqn_keeps_the_tuned_preset(launch_dir: Path) -
     assert {"q/loss", "q/td", "q/cql"} <= logged
 
 
-def test_the_pages_dqn_loss_reads_the_n_step_discount(launch_dir: Path, monkeypatch) -> None:
+def test_the_pages_dqn_loss_reads_the_n_step_discount(launch_dir: Path) -> None:
     """``task.replay.n_step=3`` hands gamma^m in ``batch.discount``: the page's own loss must
     read it (a full gamma is the one-step target, gamma^3 another)."""
+    import importlib.util
+
     import gymnasium as gym
     import torch
 
@@ -87,8 +89,10 @@ def test_the_pages_dqn_loss_reads_the_n_step_discount(launch_dir: Path, monkeypa
     from beyondfit.rl.agents import QAgent
     from beyondfit.rl.replay import ReplayBatch
 
-    monkeypatch.syspath_prepend(str(launch_dir))
-    mymod = __import__("mymod")
+    # loaded under a name of its own: other tests import their own "mymod"
+    spec = importlib.util.spec_from_file_location("own_algorithm_page", launch_dir / "mymod.py")
+    mymod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mymod)
     torch.manual_seed(0)
     agent = QAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), hidden=(8,))
     agent.q_target = SlowCopy(agent.q, rate=1.0)

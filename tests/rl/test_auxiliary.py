@@ -192,13 +192,21 @@ def test_each_term_rides_on_the_encoders_optimizer_and_its_copies_follow_each_st
         assert not torch.equal(old, new) and not torch.equal(new, source)
 
 
-def test_self_prediction_refuses_n_step_transitions_in_one_line() -> None:
-    """Its target is the next observation; an n-step batch's ``next_obs`` is up to n on."""
-    _, engine, _ = _dqn_engine(["self_prediction"])
-    batch = _replay_batch(BOARD)._replace(discount=torch.full((8,), 0.81))
-    with pytest.raises(BeyondfitError, match=r"^task\.aux=self_prediction predicts one step "
-                                             r"ahead, .* set task\.replay\.n_step=1$"):
-        engine.fit([batch], verbose=False)
+def test_self_prediction_reads_an_n_step_batchs_one_step_observation() -> None:
+    """Its target is the next observation: an n-step batch's ``next_obs`` is up to n on, its
+    ``one_step_obs`` one step on, which the term reads as a one-step batch's ``next_obs``."""
+    agent = _q_agent()
+    term = resolve(["self_prediction"], None, BOARD, ACTIONS).terms[0]
+    for part, build in term.parts.items():
+        setattr(agent, part, build(agent))
+    agent.spr_encoder_target, agent.spr_projection_target = agent.encoder, agent.spr_projection
+    one_step = _replay_batch(BOARD)
+    further = _replay_batch(BOARD)._replace(next_obs=~one_step.next_obs,
+                                             discount=torch.full((8,), 0.81),
+                                             one_step_obs=one_step.next_obs)
+    torch.testing.assert_close(term.loss(agent, further), term.loss(agent, one_step))
+    assert not torch.equal(term.loss(agent, further._replace(one_step_obs=None))["loss"],
+                           term.loss(agent, one_step)["loss"])
 
 
 def test_the_sum_is_the_rl_loss_plus_each_weighted_term() -> None:

@@ -30,8 +30,8 @@ from beyondfit.rl.envs import make_vector_env
 from beyondfit.rl.offpolicy import ReplayCollector
 from beyondfit.rl.replay import ReplayBatch, ReplayBuffer, replay_bytes
 
-# the fields every transition has (``discount``: only n-step batches, tested apart)
-FIELDS = tuple(f for f in ReplayBatch._fields if f != "discount")
+# the fields every transition has (``discount``, ``one_step_obs``: n-step batches, tested apart)
+FIELDS = tuple(f for f in ReplayBatch._fields if f not in ("discount", "one_step_obs"))
 
 
 # ------------------------------------------------------------------ random vector-env steps
@@ -528,8 +528,8 @@ def n_step_reference(naive: Naive, numbers: list[int], n_step: int, gamma: float
         rewards.append(total)
         discounts.append(discount)
         lasts.append(last)
-    ends = naive.fields(lasts)
-    return {**naive.fields(numbers), "rewards": torch.stack(rewards),
+    ends, first = naive.fields(lasts), naive.fields(numbers)
+    return {**first, "one_step_obs": first["next_obs"], "rewards": torch.stack(rewards),
             "discount": torch.stack(discounts), "next_obs": ends["next_obs"],
             "terminated": ends["terminated"], "truncated": ends["truncated"]}
 
@@ -557,13 +557,13 @@ def test_n_step_transitions_are_the_discounted_sums_a_naive_walk_finds(name: str
         shortened |= buffer.size < min(buffer.added, capacity)
         live = list(range(buffer.added - buffer.size, buffer.added))
         every, want = buffer.transitions(), n_step_reference(naive, live, 3, gamma)
-        for field in (*FIELDS, "discount"):
+        for field in (*FIELDS, "discount", "one_step_obs"):
             assert same_bits(getattr(every, field), want[field]), (t, field)
         discounts |= {round(d, 4) for d in every.discount.tolist()}
     assert shortened == image and buffer.added > 2 * capacity
     assert discounts == {0.9, 0.81, 0.729}  # sums of 1, 2 and 3 rewards
     one_step = ReplayBuffer(capacity, space, gym.spaces.Discrete(3), num_envs=n)
-    assert one_step.transitions().discount is None
+    assert one_step.transitions().discount is one_step.transitions().one_step_obs is None
 
 
 def test_n_step_needs_the_links_of_its_own_kind_to_resume() -> None:
