@@ -479,8 +479,8 @@ class ReplayBuffer:
             if self._last[c] >= oldest:
                 links.append((self._last[c] % self.capacity, number % self.capacity))
             self._last[c] = -1 if done[j] else number
-        if links:
-            at, to = torch.tensor(links, device=self.device).unbind(1)
+        if links:  # one host-to-device copy, as the transitions' own
+            at, to = self._staged(np.array(links, dtype=np.int64)).unbind(1)
             self.fields["follow"].index_put_((at,), to)
 
     def _stored(self, obs: np.ndarray) -> np.ndarray:
