@@ -738,10 +738,10 @@ def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
                   "with these edits (copy kept outside the repo):", ""]
         notes += [f"- {edit}" for edit in CLEANRL_EDITS]
     else:
-        notes += ["", "Network (both SB3 methods): the MinAtar paper's Conv2d(C, 16, 3) + "
+        notes += ["", "Network (every SB3 method): the MinAtar paper's Conv2d(C, 16, 3) + "
                   "Linear(1024, 128), linear heads. PPO: the zoo's Atari PPO settings; DQN: "
-                  "the paper's (RMSProp; beyondfit's with 3-step returns), see "
-                  "`bench/atari.py`."]
+                  "the paper's (RMSProp; beyondfit's and the second SB3 DQN with 3-step "
+                  "returns), see `bench/atari.py`."]
     return "\n".join(lines + notes) + "\n"
 
 
