@@ -726,9 +726,10 @@ class _Restore:
         if fields is None:
             return None
         self.fields(fields, filled)
+        streamed = self.streams(fields, added, size) if frames else ()
         if buffer.n_step > 1:
-            self.links(fields, added, size)
-        return self.streams(fields, added, size) if frames else ()
+            self.links(fields, added, size, streamed[0] if frames else None)
+        return streamed
 
     def fields(self, fields: Any, filled: int) -> None:
         """Every field: a tensor of the buffer's dtype and ``filled`` rows, its values what
@@ -764,10 +765,12 @@ class _Restore:
                 raise BeyondfitError(f"buffer.{name} holds {float(fields[name][i])!r} at "
                                      f"transition {i}: a done flag is 0 or 1")
 
-    def links(self, fields: dict[str, torch.Tensor], added: int, size: int) -> None:
+    def links(self, fields: dict[str, torch.Tensor], added: int, size: int,
+              copies: np.ndarray | None) -> None:  # fmt: skip
         """n-step: each live transition's link is ``-1`` (always at an episode's end) or a
-        newer live transition, and each copy's newest transition (``last``) is ``-1`` or a
-        live one."""
+        newer live transition no other links to (of the same env copy, where ``copies`` tells
+        each live transition's); each copy's newest transition (``last``) is ``-1`` or a live
+        one of that copy, not ended and not linked on yet."""
         buffer, capacity = self.buffer, self.buffer.capacity
         last = self.state.get("last")
         if not (isinstance(last, list) and len(last) == buffer.num_envs and all(
@@ -781,10 +784,20 @@ class _Restore:
         to = fields["follow"].numpy()[live]
         ended = (fields["terminated"].numpy()[live] + fields["truncated"].numpy()[live]) > 0
         age = (to - oldest) % capacity  # a link's target, counted from the oldest live one
-        if ((to < -1) | (to >= capacity) | ((to >= 0) & (
-                ended | (age <= np.arange(size)) | (age >= size)))).any():
+        linked = to >= 0
+        if ((to < -1) | (to >= capacity) | (linked & (
+                ended | (age <= np.arange(size)) | (age >= size)))).any() or len(
+                np.unique(age[linked])) != int(linked.sum()) or (copies is not None and (
+                copies[age[linked]] != copies[linked]).any()):
             raise BeyondfitError("buffer.follow links a transition to one that is not a newer "
-                                 "live transition: the file was changed")
+                                 "live transition of its episode: the file was changed")
+        for c, number in enumerate(last):
+            i = number - (added - size)  # its place among the live ones
+            if number != -1 and (ended[i] or linked[i] or last.count(number) > 1 or (
+                    copies is not None and copies[i] != c)):
+                raise BeyondfitError(f"buffer.last[{c}]={number} is not env copy {c}'s newest "
+                                     "transition of an episode that goes on: the file was "
+                                     "changed")
 
     def streams(self, fields: dict[str, torch.Tensor], added: int, size: int
                 ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip

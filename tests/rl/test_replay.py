@@ -577,16 +577,38 @@ def test_n_step_needs_the_links_of_its_own_kind_to_resume() -> None:
                                                  r"returns: .* resume with the same "
                                                  r"task\.replay\.n_step$"):
             fresh.load_state_dict(source.state_dict())
-    links = state["fields"]["follow"]
-    live = (np.arange(three.added - three.size, three.added) % 30)
-    linked = int(live[(links.numpy()[live] >= 0).argmax()])
-    doctored = [("fields.follow", lambda t: t.index_fill(0, torch.tensor([linked]), linked),
+    follow = state["fields"]["follow"].numpy()
+    ended = (state["fields"]["terminated"] + state["fields"]["truncated"]).numpy()
+    first = three.added - three.size  # the oldest live transition's number; slot: number % 30
+    live = range(first, three.added)
+    copy_of = dict(zip(live, replay._Restore(three, state).check()[0], strict=True)).__getitem__
+    # a transition linked on to one that is linked on too, and one that ended an episode
+    chained = next(n for n in live if follow[n % 30] >= 0 and follow[follow[n % 30]] >= 0)
+    slot, ended_one = chained % 30, next(n for n in live if ended[n % 30] > 0)
+    targets = set(follow[[n % 30 for n in live]].tolist())
+    other = next(n for n in live if n > chained and copy_of(n) != copy_of(chained)
+                 and n % 30 not in targets) % 30  # newer, no one's successor: another copy's
+
+    def last_of_its_copy(number: int):
+        return lambda v: [number if c == copy_of(number) else x for c, x in enumerate(v)]
+
+    doctored = [("fields.follow", lambda t: t.index_fill(0, torch.tensor([slot]), slot),
                  r"^buffer\.follow links a transition to one that is not a newer live "),
-                ("fields.follow", lambda t: t.index_fill(0, torch.tensor([linked]), 99),
+                ("fields.follow", lambda t: t.index_fill(0, torch.tensor([slot]), 99),
+                 r"^buffer\.follow links"),
+                # two transitions with one successor; a link into another env copy's stream
+                ("fields.follow", lambda t: t.index_fill(0, torch.tensor([slot]),
+                                                         int(t[int(t[slot])])),
+                 r"^buffer\.follow links"),
+                ("fields.follow", lambda t: t.index_fill(0, torch.tensor([slot]), other),
                  r"^buffer\.follow links"),
                 ("last", [three.added, -1, -1], r"^buffer\.last=\[\d+, -1, -1\] is not a list "
                                                 r"of 3 live transition numbers"),
-                ("last", None, r"^buffer\.last=None is not a list")]
+                ("last", None, r"^buffer\.last=None is not a list"),
+                ("last", last_of_its_copy(chained), r"^buffer\.last\[\d\]=\d+ is not env "
+                                                    r"copy \d's newest transition of an episode"),
+                ("last", last_of_its_copy(ended_one), r"^buffer\.last\[\d\]=\d+ is not env "),
+                ("last", [chained] * 3, r"^buffer\.last\[\d\]=\d+ is not env ")]
     for key, value, message in doctored:
         fresh = ReplayBuffer(30, space, gym.spaces.Discrete(3), num_envs=3, n_step=3)
         with pytest.raises(BeyondfitError, match=message):
