@@ -33,6 +33,7 @@ from beyondfit.cli.builders import (
     output_callbacks,
 )
 from beyondfit.cli.configs import CONF_DIR, available, no_task_message
+from beyondfit.cli.refit import initial_weights, refit
 from beyondfit.cli.result import (
     RESULT_FILE,
     already_finished,
@@ -121,6 +122,7 @@ class Run:
     interrupt: GracefulInterrupt
     stopwatch: Stopwatch
     checks: dict[str, Any]
+    initial: dict[str, torch.Tensor] | None = None  # the weights a refit starts from
 
 
 def _train(
@@ -167,6 +169,7 @@ def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
     absolute_paths(cfg.task)
     debug.cap_episodes(cfg.task, checks["episodes"])
     task = build_task(cfg.task)
+    initial = initial_weights(task)  # as built, before any step or resume
     if checks["overfit_batches"]:
         debug.overfit(task, int(checks["overfit_batches"]))
     stopwatch = Stopwatch()  # first: the training time the summary gives
@@ -190,7 +193,7 @@ def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer),
                     scheduler=build_scheduler(cfg.get("scheduler")), device=str(cfg.device),
                     callbacks=callbacks, strategy=strategy, **options)
-    return Run(task, engine, callbacks, interrupt, stopwatch, checks)
+    return Run(task, engine, callbacks, interrupt, stopwatch, checks, initial)
 
 
 def resume_run(run: Run, cfg: DictConfig, run_dir: Path, strategy: Any) -> None:
@@ -223,12 +226,21 @@ def fit_run(run: Run, cfg: DictConfig, first_part: bool = False) -> list[dict[st
 
 
 def report_run(run: Run, cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
-    """The task's own report (it may save artifacts), then the final record, written last:
-    its presence says every other file is written."""
-    if run.task.finish is not None:
+    """The task's own report (it may save artifacts), the refit a task may ask for
+    (:mod:`beyondfit.cli.refit`), then the final record, written last: its presence says
+    every other file is written."""
+    if run.task.finish is not None:  # on the chosen run's model: its validation rows unseen
         for line in run.task.finish(run.engine, run_dir) or []:
             log.info("%s", line)
+    refitted = refit(run.task, cfg, run_dir, run.initial, run.engine.strategy.world_size)
     record = final_record(run.engine, run.callbacks, objective_settings(cfg))
+    if refitted is not None:
+        record.update(refitted)
+        if refitted["refit"]:
+            record["values_from"] += (
+                f"; then refit on training and validation rows for {refitted['refit']['epochs']}"
+                f" epochs, the model the run ends with ({refitted['refit']['file']})"
+            )
     log.info("%s", result_line(record, write_result(run_dir, record)))
     return record
 

@@ -64,6 +64,7 @@ def build(
     bins: int | str | None = "auto",
     label_smoothing: float = 0.1,
     members: int = 8,
+    refit: bool = True,
 ) -> Task:
     """Build the classification task.
 
@@ -88,6 +89,10 @@ def build(
             average their class probabilities (:class:`~beyondfit.nets.EnsembleClassifier`);
             each member's own cross-entropy is trained, the ensemble is validated. 1: one
             network.
+        refit: once early stopping has chosen the epoch count, train the model again from
+            its initial weights on the training and validation rows together for that many
+            epochs (:mod:`beyondfit.cli.refit`); the run ends with that model. The report's
+            validation figures stay the chosen epoch's.
     """
     table = read_source(data, "digits", digits)
     missing = str(dict(data or {}).get("missing") or "impute")
@@ -148,8 +153,11 @@ def build(
         return [f"per-class validation recall: {shown}{more}",
                 *save_confusion_matrix(run_dir, matrix, classes)]
 
+    if not isinstance(refit, bool):
+        raise BeyondfitError(f"task.refit={refit!r}; give true or false")
     return table_task(model, loss_fn, features, (y_train, y_val), batch_size=batch_size,
-                      seed=seed, early_stopping=early_stopping, summary=summary, details=details)
+                      seed=seed, early_stopping=early_stopping, summary=summary, details=details,
+                      refit=refit)
 
 
 def auto_bins(bins: int | str | None, n_train: int) -> int | None:

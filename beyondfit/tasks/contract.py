@@ -84,6 +84,13 @@ class Task:
         callbacks: engine callbacks the task needs besides the command line's own (early
             stopping, the RL tasks' schedules over env steps); they run on every rank, before
             the checkpointer, so a final checkpoint holds what they leave (restored weights).
+        refit_data: batches of the training and validation rows together, or ``None``. When
+            given and early stopping (among ``callbacks``) chose a best epoch, the command line
+            then trains the model again from its initial weights on these, for that many
+            epochs, with the run's optimizer, scheduler and engine settings
+            (:mod:`beyondfit.cli.refit`): the run ends with that model, saved as
+            ``RUN_DIR/refit.pt``. The validation rows chose the epoch count and then train
+            too, so a small table loses no rows to validation.
     """
 
     model: nn.Module
@@ -93,6 +100,7 @@ class Task:
     eval_every: int | None = None
     finish: Callable[[Engine, Path], list[str] | None] | None = None
     callbacks: list[Callback] = field(default_factory=list)
+    refit_data: Iterable[Any] | None = None
 
     def check(self, what: str = "the Task's") -> None:
         """Raise :class:`BeyondfitError` naming the first field of the wrong kind.
@@ -111,6 +119,8 @@ class Task:
              "a positive number of optimizer steps or None"),
             ("finish", self.finish is None or callable(self.finish),
              "a function finish(engine, run_dir) or None"),
+            ("refit_data", self.refit_data is None or _iterable(self.refit_data),
+             "an iterable of batches or None"),
         ]
         for name, ok, wanted in problems:
             if not ok:

@@ -303,9 +303,12 @@ def table_task(
     summary: Callable[[Engine], str],
     details: Callable[[Engine, Path], list[str]] | None = None,
     start_logs: Mapping[str, float] | None = None,
+    refit: bool = False,
 ) -> Task:
     """The :class:`~beyondfit.Task` of a table: shuffled training batches (``batch_size``
     or the automatic size), and the whole validation split as one batch (exact metrics).
+    ``refit``: the training and validation rows together as the task's ``refit_data``, in
+    batches of the same size (:mod:`beyondfit.cli.refit`; only with early stopping on).
 
     ``features`` and ``targets`` (training, validation) are the two splits. Early stopping
     (``task.early_stopping``, see :func:`early_stopping_callbacks`) watches ``val_loss``;
@@ -323,14 +326,17 @@ def table_task(
         lines.append(write_preprocessing(run_dir, features.record()))
         return lines
 
+    size = auto_batch_size(batch_size, len(features.train))
+    every_row = None
+    if refit and callbacks:
+        every_row = TensorBatches(torch.cat([features.train, features.val]),
+                                  torch.cat([y_train, y_val]), batch_size=size, seed=seed)
     return Task(
         model=model,
         loss_fn=loss_fn,
-        train_data=TensorBatches(
-            features.train, y_train,
-            batch_size=auto_batch_size(batch_size, len(features.train)), seed=seed,
-        ),
+        train_data=TensorBatches(features.train, y_train, batch_size=size, seed=seed),
         val_data=[(features.val, y_val)],
         finish=finish,
         callbacks=callbacks,
+        refit_data=every_row,
     )
