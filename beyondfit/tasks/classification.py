@@ -11,7 +11,9 @@ thresholds and uninformative columns need (``bench/tabular.py``'s generated tabl
 path reads each numeric input also as a piecewise-linear code over its training quantiles
 (:class:`~beyondfit.nets.PiecewiseLinear`), eight such networks with dropout 0.2 are trained
 side by side and their probabilities averaged (:class:`~beyondfit.nets.EnsembleClassifier`),
-training uses label smoothing, and early stopping waits 20 epochs.
+training uses label smoothing, early stopping waits 20 epochs, and once it has chosen the epoch
+count the ensemble is trained again on the training and validation rows together
+(:mod:`beyondfit.cli.refit`; ``task.refit``).
 """
 
 from __future__ import annotations
