@@ -19,9 +19,11 @@ is fit on the other 80% and scored on the held-out rows:
   data file (the 80% saved as an ``.npz``, or as a CSV with a ``label`` column where a column
   or the label is text) and the seed, through the command line's own
   :func:`beyondfit.cli.run.run`. The task splits its 80% again (val_fraction 0.2) and stops
-  early on that validation split, restoring the best weights. Its **held-out** score comes
-  from rows it never saw; the **val** column is what its report prints, on the split that
-  also chose the epoch (an optimistic figure, shown to size that optimism).
+  early on that validation split, restoring the best weights; classification then refits on
+  all of its 80% for the chosen epochs (``task.refit``). Its **held-out** score comes from
+  rows it never saw, scored with the model the run ends with; the **val** column is what its
+  report prints, the chosen epoch's on the split that also chose the epoch (an optimistic
+  figure, shown to size that optimism).
 - **scikit-learn** defaults: ``MLPRegressor``/``MLPClassifier`` and ``LinearRegression``/
   ``LogisticRegression(max_iter=1000)`` behind a ``StandardScaler`` (as its docs advise for
   these), ``HistGradientBoosting*`` on the raw columns; ``random_state`` = the split seed.
