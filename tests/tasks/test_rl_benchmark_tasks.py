@@ -34,9 +34,12 @@ def cli(*args: str, cwd: Path, module: str = "beyondfit") -> subprocess.Complete
                      "task.collector.minibatches=4", "task.collector.epochs=2"], True),
     ("hopper", ["task.collector.rollout_steps=256", "task.collector.minibatches=4",
                 "task.collector.epochs=2"], True),
-    # RL-Zoo's HalfCheetah entry: a constant learning rate
+    # RL-Zoo's HalfCheetah entry, its learning rate annealed (halfcheetah_ppo.yaml's choice)
     ("halfcheetah", ["task.collector.rollout_steps=256", "task.collector.minibatches=4",
-                     "task.collector.epochs=2"], False),
+                     "task.collector.epochs=2"], True),
+    # ... and the zoo's constant, as its entry has it
+    ("halfcheetah", ["task.collector.rollout_steps=256", "task.collector.minibatches=4",
+                     "task.collector.epochs=2", "task.anneal.lr=null"], False),
 ])
 def test_shipped_config_trains_with_normalization_and_annealing(task, overrides, annealed):
     with initialize_config_dir(str(CONF_DIR), version_base="1.3"):
