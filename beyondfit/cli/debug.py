@@ -92,8 +92,8 @@ def overfit(task: Task, batches: int) -> None:
     """``debug.overfit_batches``: train on the first ``batches`` training batches only, again
     and again; evaluate on the first ``batches`` validation batches (an evaluator callable,
     such as RL's greedy episodes, is left out: it would cost more than the check). The task's
-    early stopping is off: the validation loss is expected to rise while the training loss
-    falls to ~0, which is the check."""
+    early stopping is off (and so is a refit): the validation loss is expected to rise while
+    the training loss falls to ~0, which is the check."""
     fixed = list(itertools.islice(iter(task.train_data), batches))
     if not fixed:
         raise BeyondfitError("debug.overfit_batches: the task's training data has no batches")
@@ -105,6 +105,7 @@ def overfit(task: Task, batches: int) -> None:
         task.val_data = None
     task.eval_every = None
     task.callbacks = [c for c in task.callbacks if not isinstance(c, EarlyStopping)]
+    task.refit_data = None  # nothing to refit: the check is the fixed batches themselves
     log.info("debug: overfitting %d fixed training batch(es)", len(fixed))
 
 

@@ -216,3 +216,11 @@ def test_tensor_batches_rows_are_what_the_refit_counts() -> None:
 
     assert _rows(TensorBatches(torch.zeros(7, 2), torch.zeros(7), batch_size=3)) == 7
     assert _rows([torch.zeros(7, 2)]) is None
+
+
+def test_an_overfit_check_does_not_refit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = table(tmp_path / "t.npz")
+    task = run_keeping_task(config(f"task.data.path={data}", *FAST, "+debug=overfit",
+                                   "train.epochs=3"), tmp_path / "run", monkeypatch)
+    assert task.refit_data is None and not (tmp_path / "run" / "refit.pt").exists()
+    assert "refit" not in json.loads((tmp_path / "run" / "result.json").read_text())
