@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One short GPU check (6 minutes on an H200, before the pixel runs): the tests that need CUDA
-# (the rollout collector's resume among them), then regression and
+# (the rollout collector's resume among them), then regression, classification (its refit) and
 # CartPole with device=cuda in fp32, bf16 and fp16 (and DDP over NCCL), each timed against the
 # same run on the CPU, then the compiled step on CUDA (engine.compile=true, and max: CUDA graphs
 # for evaluation) for regression and Pendulum SAC, then the pixel tasks (MinAtar and Atari, PPO
@@ -62,6 +62,9 @@ run() {
     engine=$(grep -o 'done in [0-9.]*s' "$OUT/$label.log" | grep -o '[0-9.]*' | tail -n 1)
     if [ "$task" = regression ]; then
         result=$(grep -o 'validation R2: model [-0-9.]*' "$OUT/$label.log" | tail -n 1)
+    elif [ "$task" = classification ]; then
+        result="$(grep -o 'validation accuracy: model [0-9.]*' "$OUT/$label.log" | tail -n 1)$(
+            grep -o '; then refit on[^(]*epochs' "$OUT/$label.log" | tail -n 1)"
     else
         result=$(grep -o 'greedy val_return [-0-9.]*' "$OUT/$label.log" | tail -n 1)
     fi
@@ -81,6 +84,9 @@ REG=(train.epochs=60)
 CART=(task.total_env_steps=20000 train.stop=null)  # a fixed budget: comparable times
 run reg-cpu-32 regression cpu 32 "${REG[@]}"
 for p in 32 bf16 16; do run "reg-$DEVICE-$p" regression "$DEVICE" "$p" "${REG[@]}"; done
+# Classification: the 8-member ensemble, then its refit on every row (its own engine and a
+# random stream forked from the seed on the device).
+run "cls-$DEVICE-32" classification "$DEVICE" 32 train.epochs=40
 run cart-cpu-32 cartpole cpu 32 "${CART[@]}"
 for p in 32 bf16 16; do run "cart-$DEVICE-$p" cartpole "$DEVICE" "$p" "${CART[@]}"; done
 
