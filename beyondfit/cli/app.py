@@ -394,6 +394,8 @@ def main() -> None:
 class Terminated(KeyboardInterrupt):
     """SIGTERM outside training: ends the run as Ctrl-C does there (cleanups run), with 143."""
 
+    signal_name, exit_code = "SIGTERM", 143  # read where a phase turns it into its own stop
+
 
 def _terminated(signum: int, frame: object) -> None:
     raise Terminated

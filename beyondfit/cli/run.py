@@ -232,7 +232,15 @@ def report_run(run: Run, cfg: DictConfig, run_dir: Path) -> dict[str, Any]:
     if run.task.finish is not None:  # on the chosen run's model: its validation rows unseen
         for line in run.task.finish(run.engine, run_dir) or []:
             log.info("%s", line)
-    refitted = refit(run.task, cfg, run_dir, run.initial, run.engine.strategy.world_size)
+    try:
+        refitted = refit(run.task, cfg, run_dir, run.initial, run.engine.strategy.world_size)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM in the refit: resume= refits again
+        checkpointer = run.interrupt.checkpointer
+        raise TrainingInterrupted(
+            getattr(exc, "signal_name", "SIGINT"), getattr(exc, "exit_code", 130),
+            run.engine.global_step, checkpointer.last_path if checkpointer else None,
+            finished=True,
+        ) from None
     record = final_record(run.engine, run.callbacks, objective_settings(cfg))
     if refitted is not None:
         record.update(refitted)

@@ -224,3 +224,29 @@ def test_an_overfit_check_does_not_refit(tmp_path: Path, monkeypatch: pytest.Mon
                                    "train.epochs=3"), tmp_path / "run", monkeypatch)
     assert task.refit_data is None and not (tmp_path / "run" / "refit.pt").exists()
     assert "refit" not in json.loads((tmp_path / "run" / "result.json").read_text())
+
+
+class _Term(KeyboardInterrupt):
+    signal_name, exit_code = "SIGTERM", 143  # as the command line's SIGTERM outside training
+
+
+@pytest.mark.parametrize(("raised", "name", "code"), [(KeyboardInterrupt, "SIGINT", 130),
+                                                      (_Term, "SIGTERM", 143)])
+def test_a_signal_in_the_refit_stops_as_a_signal_in_training_does(
+    raised: type, name: str, code: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C (or SIGTERM) while refitting: the run stops like one interrupted after training,
+    naming its last checkpoint (the command line prints the resume command); no result.json."""
+    from beyondfit.checkpoint.interrupt import TrainingInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(cli_run, "refit", interrupted)
+    data = table(tmp_path / "t.npz")
+    with pytest.raises(TrainingInterrupted) as stop:
+        cli_run.run(config(f"task.data.path={data}", *FAST), tmp_path / "run")
+    assert (stop.value.signal_name, stop.value.exit_code, stop.value.finished) == (name, code, True)
+    assert stop.value.checkpoint is not None and stop.value.checkpoint.is_file()
+    assert "after training finished" in str(stop.value)
+    assert not (tmp_path / "run" / "result.json").exists()
