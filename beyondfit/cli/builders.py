@@ -132,6 +132,19 @@ def engine_options(engine_cfg: DictConfig) -> dict[str, Any]:
     return dict(options)
 
 
+def build_engine(cfg: DictConfig, model: Any, loss_fn: Any, **kwargs: Any) -> Any:
+    """The :class:`~beyondfit.Engine` ``cfg`` describes for ``model`` and ``loss_fn``: its
+    optimizer and scheduler groups, its device and its engine section; ``kwargs`` (callbacks,
+    the strategy) go to the engine as well. The run's engine and a refit's are built here."""
+    from beyondfit.core.engine import Engine
+
+    options = engine_options(cfg.engine)
+    options.pop("strategy", None)  # resolved by the caller (the run's), or one process
+    return Engine(model, loss_fn, build_optimizer(cfg.optimizer),
+                  scheduler=build_scheduler(cfg.get("scheduler")), device=str(cfg.device),
+                  **options, **kwargs)
+
+
 _PATH_KEY = re.compile(r"^(path|.+_(path|file|dir))$")
 
 

@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig
 
-from beyondfit.cli.builders import build_optimizer, build_scheduler, engine_options
+from beyondfit.cli.builders import build_engine
 from beyondfit.core.early_stopping import EarlyStopping
-from beyondfit.core.engine import Engine
 
 if TYPE_CHECKING:
     from beyondfit.tasks.contract import Task
@@ -83,11 +82,7 @@ def refit(
         return {"refit": None}
     model = copy.deepcopy(task.model)
     model.load_state_dict(initial)
-    options = engine_options(cfg.engine)
-    options.pop("strategy", None)
-    engine = Engine(model, task.loss_fn, build_optimizer(cfg.optimizer),
-                    scheduler=build_scheduler(cfg.get("scheduler")), device=str(cfg.device),
-                    **options)
+    engine = build_engine(cfg, model, task.loss_fn)
     # Its own random stream from the seed: the same refit whether the run was resumed or not.
     with torch.random.fork_rng(devices=_cuda_devices(engine.device)):
         torch.manual_seed(int(cfg.seed))

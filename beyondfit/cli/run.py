@@ -26,10 +26,9 @@ from beyondfit.cli.bounds import check_sizes
 from beyondfit.cli.builders import (
     absolute_paths,
     build_checkpointer,
+    build_engine,
     build_optimizer,
-    build_scheduler,
     build_task,
-    engine_options,
     output_callbacks,
 )
 from beyondfit.cli.configs import CONF_DIR, available, no_task_message
@@ -63,6 +62,8 @@ log = logging.getLogger("beyondfit")
 __all__ = [
     "CONF_DIR",
     "available",
+    "build_optimizer",
+    "build_task",
     "no_task_message",
     "objective",
     "objective_settings",
@@ -182,17 +183,13 @@ def build_run(cfg: DictConfig, run_dir: Path, strategy: Any) -> Run:
     if cfg.train.get("stop"):
         callbacks.append(StopRule(str(cfg.train.stop)))
     callbacks += task.callbacks  # early stopping, schedules: before the checkpointer's save
-    options = engine_options(cfg.engine)
-    options.pop("strategy", None)
     # Last, after every logger: a checkpoint counts the rows they wrote, and the interrupt
     # handler stops the run only once every other on_fit_end has run.
     checkpointer = build_checkpointer(cfg, run_dir)
     interrupt = GracefulInterrupt(checkpointer)
     callbacks += [checkpointer, interrupt, *debug.callbacks(checks, run_dir)]
     # A task with several optimizers (SAC's Updates) gets each built from the optimizer group.
-    engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer),
-                    scheduler=build_scheduler(cfg.get("scheduler")), device=str(cfg.device),
-                    callbacks=callbacks, strategy=strategy, **options)
+    engine = build_engine(cfg, task.model, task.loss_fn, callbacks=callbacks, strategy=strategy)
     return Run(task, engine, callbacks, interrupt, stopwatch, checks, initial)
 
 
