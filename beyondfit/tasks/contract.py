@@ -126,6 +126,11 @@ class Task:
             if not ok:
                 value = getattr(self, name)
                 raise BeyondfitError(f"{what} {name} is {type(value).__name__}, not {wanted}")
+        if self.refit_data is not None and _updates(self.loss_fn):
+            # Each Update keeps the optimizer it built over the first model's parameters.
+            raise BeyondfitError(f"{what} refit_data is given with a list of Update as loss_fn; "
+                                 "a refit trains a loss_fn(model, batch) function only: give one, "
+                                 "or refit_data=None")
 
 
 def _updates(loss_fn: Any) -> bool:

@@ -250,3 +250,13 @@ def test_a_signal_in_the_refit_stops_as_a_signal_in_training_does(
     assert stop.value.checkpoint is not None and stop.value.checkpoint.is_file()
     assert "after training finished" in str(stop.value)
     assert not (tmp_path / "run" / "result.json").exists()
+
+
+def test_task_check_refuses_a_refit_of_updates() -> None:
+    from beyondfit import Update
+
+    model = torch.nn.Linear(1, 1)
+    task = Task(model=model, loss_fn=[Update("q", lambda m, b: m(b).sum())],
+                train_data=[torch.ones(1, 1)], refit_data=[torch.ones(1, 1)])
+    with pytest.raises(BeyondfitError, match="refit_data is given with a list of Update"):
+        task.check()
