@@ -339,6 +339,17 @@ def make_engine(model: Callable[[], nn.Module] = mlp, loss_fn: Callable[..., Any
                   callbacks=list(callbacks), **options)
 
 
+def bench_script(name: str) -> Any:
+    """``bench/NAME.py`` imported as module ``bench_NAME`` (the scripts are no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
 def task_config(task: str, *overrides: str) -> Any:
     """The config ``python -m beyondfit +task=TASK OVERRIDES...`` composes (Hydra's compose)."""
     from hydra import compose, initialize_config_dir

@@ -11,7 +11,7 @@ import pytest
 import torch
 import yaml
 
-from kit import cli, one_line_exit_2
+from kit import bench_script, cli, one_line_exit_2
 
 # An algorithm file of one's own, shaped like docs/how-to/own-algorithm.md's, with a DQN-style
 # loss that takes the options the CartPole DQN preset sets (gamma, double, target_every) and
@@ -109,7 +109,6 @@ def test_borrowing_with_a_plus_says_to_drop_it(own: Path) -> None:
 # --------------------------------------------------------------------------- PPO on MuJoCo
 # RL-Zoo's MuJoCo entries as beyondfit presets (issue 47): halfcheetah_ppo.yaml (HalfCheetah's
 # preset) and zoo_hopper_ppo.yaml (borrowed; Hopper keeps CleanRL's settings, hopper_ppo.yaml).
-ROOT = Path(__file__).resolve().parents[2]
 try:  # at collection: MuJoCo's first import starts a process (glfw's version probe)
     import mujoco
 except ImportError:
@@ -126,14 +125,7 @@ LR_SCHEDULE = {"HalfCheetah-v5": (2.0, 0.0), "Hopper-v5": (1.0, None)}  # (x zoo
 
 def zoo_hyperparams(env_id: str) -> tuple[int, dict, bool]:
     """What bench/pg_tasks.py runs SB3 with: the zoo's entry, the one source of its values."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("bench_pg_tasks", ROOT / "bench" / "pg_tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module.zoo_hyperparams(env_id)
+    return bench_script("pg_tasks").zoo_hyperparams(env_id)
 
 
 @needs_mujoco

@@ -7,13 +7,13 @@ through the script's own ``table``, so an edited file or a row left behind after
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import pytest
+
+from kit import bench_script
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results"
@@ -22,11 +22,7 @@ ENVS = {"hopper": "Hopper-v5", "halfcheetah": "HalfCheetah-v5"}
 
 
 def pg_tasks():
-    spec = importlib.util.spec_from_file_location("bench_pg_tasks", ROOT / "bench" / "pg_tasks.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
+    return bench_script("pg_tasks")
 
 
 def numbers(text: str) -> list[float]:
