@@ -298,7 +298,7 @@ class RolloutCollector(EnvCollector):
         value_steps: list[torch.Tensor] = []
         # What a resume replays: the actions sent, and the episodes' starts and ends.
         replay, sent_steps, ended = self._replayable, [], self._prev_done
-        started = np.full(N, -1)  # per copy: the step its episode started at (its reset step)
+        started = np.zeros(N, dtype=np.int64)  # per copy: its episode's first step here
         with torch.inference_mode():
             for t in range(T):
                 obs = to_obs(next_obs)
@@ -323,8 +323,13 @@ class RolloutCollector(EnvCollector):
                     sent_steps.append(sent)
                     if ended.any():  # these copies reset in this step: a new episode
                         for i in np.flatnonzero(ended):
+                            # The ended episode's actions in this rollout, then the new one
+                            # from the step after this reset step.
+                            if started[i] < t:  # (at t=0 it ended in the last rollout)
+                                self._ep_actions[i].append(
+                                    np.stack(sent_steps[started[i]:t])[:, i])
                             self._episode_started(i)
-                            started[i] = t
+                            started[i] = t + 1
                     ended = term | trunc
                     if ended.any():
                         for i in np.flatnonzero(ended):
@@ -358,10 +363,7 @@ class RolloutCollector(EnvCollector):
         if replay:  # each copy's actions since its episode started (after its reset step)
             sent_all = np.stack(sent_steps)
             for i in range(N):
-                if started[i] >= 0:
-                    self._ep_actions[i] = [sent_all[started[i] + 1:, i]]
-                else:
-                    self._ep_actions[i].append(sent_all[:, i])
+                self._ep_actions[i].append(sent_all[started[i]:, i])
         if normalizer is not None:
             rewards = normalizer.scale_rewards(rewards, done, valid, self._running_return)
         self._next_obs, self._prev_done = next_obs, done[-1]

@@ -14,8 +14,13 @@
   replayed (:meth:`EnvCollector._rebuild_envs`), so the run continues bitwise as if never
   stopped, for envs whose state follows from their seed and actions (Gymnasium's
   classic-control, Box2D and MuJoCo envs, MinAtar's games: their own ``RandomState`` and last
-  action are kept too). Envs in other processes (``AsyncVectorEnv``) cannot be replayed: a
-  resume then starts fresh episodes and says so in one line.
+  action are kept too; Atari: the ALE's own generator, which draws v5's sticky actions, is
+  kept with its state, ``cloneState(include_rng=True)``). Where a wrapper ends the learner's
+  episode while the game goes on (:class:`~beyondfit.rl.suites.EpisodicLife`: a lost life,
+  said by its ``game_goes_on``), the unit replayed is the game: the earlier lives' actions
+  are kept too, and the rebuild resets between them as the vector env did. Envs in other
+  processes (``AsyncVectorEnv``) cannot be replayed: a resume then starts fresh episodes and
+  says so in one line.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import collections
 import copy
 import logging
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -117,6 +123,10 @@ class EnvCollector:
         self._ep_rng: list[dict[str, Any] | None] = [None] * n
         self._next_rng: list[dict[str, Any] | None] = [None] * n
         self._ep_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
+        # Per copy: the actions of its game's earlier episodes (lives) when the game went on
+        # past them, and whether the episode that just ended leaves its game going on.
+        self._game_actions: list[list[np.ndarray]] = [[] for _ in range(n)]
+        self._goes_on = np.zeros(n, dtype=bool)
         self._restore: dict[str, Any] | None = None  # env state to rebuild on the next pass
 
     def shard(self, rank: int, world_size: int) -> Any:
@@ -158,14 +168,23 @@ class EnvCollector:
 
     # --------------------------------------------------------------- the envs' state, resumed
     def _episode_started(self, i: int) -> None:
-        """Env copy ``i`` autoreset: its new episode starts from the state kept at the end."""
-        self._ep_rng[i], self._next_rng[i] = self._next_rng[i], None
+        """Env copy ``i`` autoreset: its new episode starts from the state kept at the end, or,
+        when its game went on, continues the game (whose actions so far are kept)."""
+        if self._goes_on[i]:
+            self._game_actions[i].extend(self._ep_actions[i])
+            self._goes_on[i] = False
+        else:
+            self._ep_rng[i], self._next_rng[i] = self._next_rng[i], None
+            self._game_actions[i] = []
         self._ep_actions[i] = []
 
     def _episode_ended(self, i: int) -> None:
-        """Env copy ``i``'s episode ended: keep the state its coming autoreset draws from."""
+        """Env copy ``i``'s episode ended: keep the state its coming autoreset draws from,
+        unless its game goes on (then the coming reset continues it: nothing is drawn anew)."""
         if self._replayable:
-            self._next_rng[i] = _rng_state(self.envs, i)
+            self._goes_on[i] = _game_goes_on(self.envs.envs[i])  # type: ignore[attr-defined]
+            if not self._goes_on[i]:
+                self._next_rng[i] = _rng_state(self.envs, i)
 
     def _env_state(self, obs: np.ndarray | None) -> dict[str, Any]:
         """The envs' part of a checkpoint: per-copy flags and counters, the finished episodes'
@@ -181,10 +200,9 @@ class EnvCollector:
                 # Bit-generator states are dicts of ints and strings: plain data.
                 state["episode_rng"] = copy.deepcopy(self._ep_rng)
                 state["next_rng"] = copy.deepcopy(self._next_rng)
-                state["episode_actions"] = [
-                    torch.from_numpy(np.concatenate(a)) if a else None
-                    for a in self._ep_actions
-                ]
+                state["episode_actions"] = [_joined(a) for a in self._ep_actions]
+                state["game_actions"] = [_joined(a) for a in self._game_actions]
+                state["game_goes_on"] = self._goes_on.tolist()
         return state
 
     def _check_env_state(self, state: dict[str, Any]) -> None:
@@ -234,14 +252,21 @@ class EnvCollector:
             raise FieldError("episode_rng: the checkpoint replays env copies these envs "
                              f"({type(self.envs).__name__}) cannot rebuild")
         space = self.envs.single_action_space
-        for key in ("episode_rng", "next_rng", "episode_actions"):
+        # (game_actions and game_goes_on: absent from checkpoints of earlier versions.)
+        state = {"game_actions": [None] * n, "game_goes_on": [False] * n, **state}
+        for key in ("episode_rng", "next_rng", "episode_actions", "game_actions",
+                    "game_goes_on"):
             if not isinstance(state.get(key), list) or len(state[key]) != n:
                 raise FieldError(f"{key} is not a list of {n} entries (one per env copy)")
         for i in range(n):
+            goes_on = state["game_goes_on"][i]
+            if not isinstance(goes_on, bool) or (goes_on and not state["prev_done"][i]):
+                raise FieldError(f"game_goes_on[{i}] is {goes_on!r}: true only for a copy "
+                                 f"whose episode just ended (prev_done[{i}]), else false")
             for key in ("episode_rng", "next_rng"):
                 entry = state[key][i]
                 if entry is None:
-                    if key == "next_rng" and state["prev_done"][i]:
+                    if key == "next_rng" and state["prev_done"][i] and not goes_on:
                         raise FieldError(f"next_rng[{i}] is missing: env copy {i} ended its "
                                          "episode, and its next one starts from that state")
                     continue
@@ -250,12 +275,14 @@ class EnvCollector:
                 except (TypeError, ValueError, KeyError, AttributeError):
                     raise FieldError(f"{key}[{i}] is not a state of env copy {i}'s random "
                                      "generator") from None
+            for key in ("episode_actions", "game_actions"):
+                actions = state[key][i]
+                if actions is not None and not (isinstance(actions, torch.Tensor) and all(
+                        space.contains(a) for a in actions.numpy())):
+                    raise FieldError(f"{key}[{i}] holds actions outside the env's "
+                                     f"action space {space}")
             actions = state["episode_actions"][i]
             count = 0 if actions is None else len(actions)
-            if actions is not None and not (isinstance(actions, torch.Tensor) and all(
-                    space.contains(a) for a in actions.numpy())):
-                raise FieldError(f"episode_actions[{i}] holds actions outside the env's "
-                                 f"action space {space}")
             if not state["prev_done"][i] and count != state["ep_length"][i]:
                 raise FieldError(f"episode_actions[{i}] holds {count} actions, but its "
                                  f"episode has run {state['ep_length'][i]} steps "
@@ -275,6 +302,10 @@ class EnvCollector:
             self._next_rng = list(state["next_rng"])
             self._ep_actions = [[] if a is None else [a.numpy()]
                                 for a in state["episode_actions"]]
+            self._game_actions = [[] if a is None else [a.numpy()]
+                                  for a in state.get("game_actions", [None] * len(self._ep_rng))]
+            self._goes_on = np.asarray(state.get("game_goes_on", [False] * len(self._ep_rng)),
+                                       dtype=bool)
 
     def _rebuild_envs(self, reset: Any) -> np.ndarray:
         """The copies' observations at the start of a pass: ``reset(seed)`` on a fresh run
@@ -301,14 +332,24 @@ class EnvCollector:
         saved = np.asarray(restore["obs"])
         exact = True
         for i in range(n):
-            if self._prev_done[i]:
-                # Its episode had ended: the next step resets it from the state kept then.
-                _set_rng_state(self.envs, i, self._next_rng[i])
-                self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
-                continue
-            for chunk in self._ep_actions[i]:
+            env, ended = self.envs.envs[i], False  # type: ignore[attr-defined]
+            # The game from its start: its earlier episodes (each ended, then reset as the
+            # vector env did), then the last one, in progress or just ended (the wrappers'
+            # state, a lost life's or a game's end, is the run's too).
+            for chunk in (*self._game_actions[i], *self._ep_actions[i]):
                 for action in chunk:
-                    obs[i] = self.envs.envs[i].step(action)[0]  # type: ignore[attr-defined]
+                    if ended:
+                        env.reset()
+                    obs[i], _, term, trunc, _ = env.step(action)
+                    ended = bool(term or trunc)
+            if self._prev_done[i]:
+                # Its episode had ended: the next step resets it, from the state kept then
+                # when its game ended too.
+                if not self._goes_on[i]:
+                    _set_rng_state(self.envs, i, self._next_rng[i])
+                self.envs._autoreset_envs[i] = True  # type: ignore[attr-defined]
+            elif ended:  # an episode in progress with no step yet: just reset
+                obs[i] = env.reset()[0]
             exact = exact and np.array_equal(obs[i], saved[i])
         if not exact:
             log.warning("resumed: replaying the episodes in progress did not reproduce their "
@@ -318,13 +359,33 @@ class EnvCollector:
         return saved.astype(obs.dtype, copy=False)
 
 
+def _joined(chunks: list[np.ndarray]) -> torch.Tensor | None:
+    """Action chunks as one tensor for a checkpoint (``None`` for none)."""
+    return torch.from_numpy(np.concatenate(chunks)) if chunks else None
+
+
+def _game_goes_on(env: Any) -> bool:
+    """Whether ``env`` (one copy, wrapped) ended its last episode while its game goes on: a
+    wrapper's ``game_goes_on`` says so (:class:`~beyondfit.rl.suites.EpisodicLife`'s lost
+    life); no wrapper saying so means an episode is a game."""
+    try:
+        return bool(env.get_wrapper_attr("game_goes_on"))
+    except AttributeError:
+        return False
+
+
 def _rng_state(envs: Any, i: int) -> dict[str, Any]:
     """What env copy ``i`` draws its next episode from, as plain data: its ``np_random``
-    generator's state and, for a MinAtar game (whose sticky actions and spawns draw from a
-    ``RandomState`` of its own, and whose sticky action repeats the previous episode's last
-    one), that generator's state and the last action."""
+    generator's state; for an Atari game, the ALE's state with its own generator (which draws
+    v5's sticky actions: ``cloneState(include_rng=True)``, serialized bytes); for a MinAtar
+    game (whose sticky actions and spawns draw from a ``RandomState`` of its own, and whose
+    sticky action repeats the previous episode's last one), that generator's state and the
+    last action."""
     env = envs.envs[i].unwrapped
     state: dict[str, Any] = {"np_random": copy.deepcopy(env.np_random.bit_generator.state)}
+    ale = getattr(env, "ale", None)
+    if ale is not None and hasattr(ale, "cloneState"):
+        state["ale"] = ale.cloneState(include_rng=True).serialize()
     game = getattr(env, "game", None)
     if isinstance(getattr(game, "random", None), np.random.RandomState):
         _, keys, pos, has_gauss, cached = game.random.get_state()
@@ -339,6 +400,10 @@ def _set_rng_state(envs: Any, i: int, state: dict[str, Any]) -> None:
     earlier versions hold) into env copy ``i``."""
     env = envs.envs[i].unwrapped
     env.np_random.bit_generator.state = copy.deepcopy(state.get("np_random", state))
+    if "ale" in state:
+        import ale_py  # the env is an ALE game: its package is imported
+
+        env.ale.restoreState(ale_py.ALEState(state["ale"]))
     game = state.get("game")
     if game is not None:
         keys = np.asarray(game["keys"], dtype=np.uint32)
@@ -355,6 +420,8 @@ def _check_rng_state(env: Any, state: Any) -> None:
     if not isinstance(state, dict):
         raise TypeError(state)
     copy.deepcopy(env.np_random.bit_generator).state = state.get("np_random", state)
+    if "ale" in state:
+        _check_ale_state(env, state["ale"])
     game = state.get("game")
     if game is None:
         return
@@ -368,3 +435,22 @@ def _check_rng_state(env: Any, state: Any) -> None:
             and game["has_gauss"] in (0, 1) and isinstance(game["cached_gaussian"], float)
             and type(game["last_action"]) is int and game["last_action"] >= 0):
         raise ValueError(game)
+
+
+def _check_ale_state(env: Any, saved: Any) -> None:
+    """Raise (TypeError, ValueError, KeyError) unless ``saved`` is a serialized ALE state of
+    ``env``'s game: bytes the ALE reads back, naming the ROM (its MD5) this copy runs."""
+    ale = getattr(env, "ale", None)
+    if ale is None:
+        raise KeyError("ale")
+    if not isinstance(saved, bytes):
+        raise TypeError(saved)
+    import ale_py
+
+    rom = re.search(rb"[0-9a-f]{32}", ale.cloneState().serialize())
+    if rom is None or rom.group() not in saved:
+        raise ValueError("another game's ALE state")
+    try:
+        ale_py.ALEState(saved)
+    except Exception as e:  # the ALE's reader raises SystemError and others
+        raise ValueError("not a serialized ALE state") from e

@@ -67,6 +67,12 @@ class EpisodicLife(gym.Wrapper):
         self.lives = 0
         self.game_over = True
 
+    @property
+    def game_goes_on(self) -> bool:
+        """The last episode ended with a lost life, not the game: the next ``reset`` continues
+        it (what a resume's rebuild of the copy replays from the game's start)."""
+        return not self.game_over
+
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """The env's step, ``terminated`` also when a life was lost."""
         obs, reward, terminated, truncated, info = self.env.step(action)

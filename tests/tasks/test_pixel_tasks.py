@@ -148,6 +148,45 @@ def test_minatar_ppo_killed_with_sigkill_mid_rollout_and_resumed_ends_bitwise_eq
     assert expected["data"]["obs"].dtype == torch.bool, context  # boards as the env gives them
 
 
+@pytest.mark.e2e
+@pytest.mark.runs("conf/task/atari.yaml", "conf/experiment/tuned/atari_dqn.yaml")
+def test_breakout_dqn_with_the_tasks_defaults_killed_and_resumed_ends_bitwise_equal(
+        tmp_path: Path) -> None:
+    # Sticky actions 0.25, no-op starts, EpisodicLife, FIRE: 600 random steps end games and
+    # lives before the first update, and the resumed run goes through more of both; the game
+    # it resumes into started from the ALE's generator as the last one left it.
+    overrides = ["+task=atari", "algo=dqn", "task.total_env_steps=1000",
+                 "task.replay.learning_starts=600", "task.replay.buffer_size=1000",
+                 "task.eval_every_env_steps=100000", "task.eval_episodes=1",
+                 "task.confirm_episodes=1", "checkpoint.every=20", "task.loss.target_every=10",
+                 "task.replay.n_step=3"]
+    got, expected, context = killed_and_resumed(overrides, 100, tmp_path, kill_from=20)
+    buffer, resumed = expected["data"]["buffer"], got["data"]["buffer"]
+    assert all(torch.equal(a, b) for a, b in zip(resumed["frames"], buffer["frames"],
+                                                 strict=True)), context
+    assert all(torch.equal(resumed["fields"][k], v) for k, v in buffer["fields"].items())
+    assert any(expected["data"]["game_goes_on"]) or any(
+        a is not None for a in expected["data"]["game_actions"]) or expected["data"][
+        "episode_rng"][0] is not None, "no life lost and no game ended: lengthen the run"
+
+
+@pytest.mark.e2e
+@pytest.mark.runs("conf/task/atari.yaml", "conf/experiment/tuned/atari_ppo.yaml")
+def test_breakout_ppo_in_sync_envs_killed_mid_rollout_and_resumed_ends_bitwise_equal(
+        tmp_path: Path) -> None:
+    # 10 rollouts of 8 copies x 32 steps: each copy plays 320 steps, more than a random game
+    # of Breakout lasts; a checkpoint every 7 of the 160 engine steps falls inside rollouts.
+    overrides = ["+task=atari", "task.vectorization=sync", "task.total_env_steps=2560",
+                 "task.collector.rollout_steps=32", "task.eval_every_env_steps=100000",
+                 "task.eval_episodes=1", "task.confirm_episodes=1", "checkpoint.every=7"]
+    got, expected, context = killed_and_resumed(overrides, 160, tmp_path, kill_from=40)
+    assert torch.equal(got["data"]["obs"], expected["data"]["obs"]), context
+    assert any(s is not None for s in expected["data"]["episode_rng"]), \
+        "no game ended: lengthen the run"
+    assert any(a is not None for a in expected["data"]["game_actions"]), \
+        "no life lost in a running game: lengthen the run"
+
+
 @pytest.mark.parametrize("task, features", [("minatar", 128), ("atari", 512)])
 def test_pixel_dqn_presets_build_the_papers_network_a_linear_head_on_the_encoder(
         task: str, features: int) -> None:
