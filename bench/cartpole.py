@@ -39,7 +39,7 @@ from beyondfit.cli.run import build_optimizer, build_task  # noqa: E402
 from beyondfit.core.callbacks import StopRule  # noqa: E402
 from beyondfit.core.engine import Engine  # noqa: E402
 from beyondfit.core.seeding import seed_everything  # noqa: E402
-from beyondfit.rl.envs import make_vector_env  # noqa: E402
+from beyondfit.rl.envs.vector import make_vector_env  # noqa: E402
 
 EVAL_EPISODES = 20
 TARGET = 475.0

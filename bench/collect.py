@@ -17,7 +17,7 @@ start-up are left out. Each vectorization is measured ``--repeats`` times, inter
 async, envpool, sync, ...); the table gives the median.
 
 - **Stepping**: 8 copies (``--envs``) of ``ALE/Breakout-v5`` made by
-  ``beyondfit.rl.envs.make_vector_env`` with ``conf/task/atari.yaml``'s wrappers and
+  ``beyondfit.rl.envs.vector.make_vector_env`` with ``conf/task/atari.yaml``'s wrappers and
   ``env_kwargs`` (for envpool: the same read as its own options), reset with seed 0 and
   stepped ``--steps`` times with uniform random actions from a fixed generator, then closed.
 - **PPO**: ``+task=atari`` (CleanRL's settings: 8 envs x 128 steps a rollout, 4 epochs of 4
@@ -76,7 +76,7 @@ def step_child(vectorization: str, envs_n: int, steps: int) -> dict:
     import numpy as np
     from hydra.utils import instantiate
 
-    from beyondfit.rl.envs import make_vector_env
+    from beyondfit.rl.envs.vector import make_vector_env
 
     task = _atari_config().task
     wrappers = [instantiate(w) for w in task.wrappers]

@@ -75,7 +75,7 @@ def sb3_main(task: str, seed: int, run_dir: Path, budget: int) -> None:
     from stable_baselines3.common.callbacks import BaseCallback
 
     sys.path.insert(0, str(ROOT))
-    from beyondfit.rl.evaluate import GreedyEvaluator
+    from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
 
     torch.set_num_threads(1)
 

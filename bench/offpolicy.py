@@ -9,7 +9,7 @@ Protocol (the same for every method): train for the env's budget of env steps (P
 20,000: RL-Zoo's ``n_timesteps``; Hopper-v5 and HalfCheetah-v5 50,000), then one greedy
 evaluation: the mean return of ``--episodes`` (10) episodes at once on a vector env seeded
 ``seed + 10000``, each copy taking the policy's deterministic action
-(``beyondfit.rl.evaluate.GreedyEvaluator`` for every method). Training time excludes the
+(``beyondfit.rl.evaluation.evaluator.GreedyEvaluator`` for every method). Training time excludes the
 evaluation; the wall time and the process's CPU time are both kept, the CPU time being the
 steadier measure on a shared machine. Every run uses one torch thread.
 
@@ -43,7 +43,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from beyondfit.rl.evaluate import GreedyEvaluator  # noqa: E402
+from beyondfit.rl.evaluation.evaluator import GreedyEvaluator  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -41,19 +41,19 @@ ROOT = Path(__file__).resolve().parent.parent
 DECLARATION: dict[str, list[tuple[str, list[str]]]] = {
     "sac": [
         ("conf/algo/sac.yaml", []),
-        ("beyondfit/rl/offpolicy_losses.py",
+        ("beyondfit/rl/algos/offpolicy.py",
          ["sac_loss", "Handoff", "_check_gamma", "_check_tau", "_td_target"]),
-        ("beyondfit/rl/algorithm.py", ["OffPolicyUpdate", "Target"]),
+        ("beyondfit/rl/algos/algorithm.py", ["OffPolicyUpdate", "Target"]),
     ],
     "td3": [
         ("conf/algo/td3.yaml", []),
-        ("beyondfit/rl/offpolicy_losses.py",
+        ("beyondfit/rl/algos/offpolicy.py",
          ["td3_loss", "_check_gamma", "_check_tau", "_td_target"]),
-        ("beyondfit/rl/algorithm.py", ["OffPolicyUpdate", "Target"]),
+        ("beyondfit/rl/algos/algorithm.py", ["OffPolicyUpdate", "Target"]),
     ],
 }
 BINDING: list[tuple[str, list[str]]] = [
-    ("beyondfit/rl/algorithm.py", ["engine_updates", "_declared", "_own_settings"]),
+    ("beyondfit/rl/algos/algorithm.py", ["engine_updates", "_declared", "_own_settings"]),
     ("beyondfit/tasks/offpolicy.py", ["build"]),
 ]
 PATHS = {algo: [*spans, *BINDING] for algo, spans in DECLARATION.items()}
@@ -64,7 +64,7 @@ PATHS = {algo: [*spans, *BINDING] for algo, spans in DECLARATION.items()}
 ISSUE_COMMIT = "92e4742"
 PATH_AT_ISSUE: list[tuple[str, list[str]]] = [
     ("conf/algo/sac.yaml", []),
-    ("beyondfit/rl/offpolicy_losses.py", ["sac_loss", "_check_gamma", "_td_target"]),
+    ("beyondfit/rl/algos/offpolicy.py", ["sac_loss", "_check_gamma", "_td_target"]),
     ("beyondfit/tasks/offpolicy.py", ["PARTS", "build", "_optimizer_settings"]),
     ("beyondfit/tasks/contract.py", ["UpdateSpec", "several_updates", "bind_updates"]),
 ]

@@ -1,7 +1,7 @@
 """``python -m beyondfit.play RUN_DIR``: greedy episodes of a trained policy; see
-:mod:`beyondfit.rl.play`."""
+:mod:`beyondfit.rl.evaluation.play`."""
 
-from beyondfit.rl.play import main
+from beyondfit.rl.evaluation.play import main
 
 if __name__ == "__main__":
     main()

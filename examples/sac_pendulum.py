@@ -3,17 +3,17 @@
 The command line does all of this with ``python -m beyondfit +task=pendulum algo=sac``; this
 script shows the pieces, each from the package, put together by hand:
 
-- the agent (:class:`~beyondfit.rl.agents.OffPolicyAgent`): a tanh-squashed Gaussian actor,
+- the agent (:class:`~beyondfit.rl.nets.agents.OffPolicyAgent`): a tanh-squashed Gaussian actor,
   twin Q critics evaluated as one batched ensemble, a slow target copy of the critics
   (:class:`~beyondfit.SlowCopy`) and the log of the entropy temperature;
-- the data (:class:`~beyondfit.rl.offpolicy.ReplayCollector`): an iterable of minibatches that
+- the data (:class:`~beyondfit.rl.collect.offpolicy.ReplayCollector`): an iterable of minibatches that
   steps the env with the current actor (random actions for ``learning_starts`` steps), stores
   the transitions and samples from them;
-- the algorithm (:func:`~beyondfit.rl.offpolicy_losses.sac_loss`): three declared updates,
+- the algorithm (:func:`~beyondfit.rl.algos.offpolicy.sac_loss`): three declared updates,
   each a closure that is the loss of its own optimizer, stepped in order on every minibatch by
   one :class:`~beyondfit.Engine`; the target critics it declares follow the critic's optimizer
   right after each of its steps (``after_step``);
-- the evaluation (:class:`~beyondfit.rl.evaluate.GreedyEvaluator`): greedy episodes on envs
+- the evaluation (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`): greedy episodes on envs
   kept apart from training.
 
 Hyperparameters are RL-Zoo's for Pendulum-v1 (SB3's defaults with lr 1e-3).
@@ -30,11 +30,11 @@ import torch
 
 from beyondfit import Engine, Update
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import OffPolicyAgent
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.evaluate import GreedyEvaluator
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.offpolicy_losses import sac_loss
+from beyondfit.rl.algos.offpolicy import sac_loss
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
+from beyondfit.rl.nets.agents import OffPolicyAgent
 
 ENV_ID = "Pendulum-v1"
 ENV_STEPS = 20_000  # the whole budget, random steps included

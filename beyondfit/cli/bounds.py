@@ -9,7 +9,7 @@ config that cannot fit this machine's memory (the GPU's, when training there).
 
 The bound, in float32 values: each network's weights, their gradients and two Adam moments;
 one batch's activations through every network, kept for the backward pass; the replay
-buffer's transitions, at the bytes :func:`beyondfit.rl.replay.replay_bytes` gives for the
+buffer's transitions, at the bytes :func:`beyondfit.rl.replay.buffer.replay_bytes` gives for the
 smallest spaces (one-value observations and actions: 24 bytes each). The config does not
 know the env's observations, so the buffer measures its own real bytes again when it is built
 (before it allocates anything: a 1,000,000-transition Atari buffer is 7.3 GB) and refuses, in
@@ -57,7 +57,7 @@ def needs(task: Mapping[str, Any]) -> list[tuple[str, int]]:
         rows = f"task.replay.batch_size={batch}"
     elif collector:  # on-policy: a minibatch of a rollout of num_envs x rollout_steps
         copies = 2  # the actor and the critic
-        from beyondfit.rl.envs import MAX_ENVS  # (an RL task: gymnasium loads anyway)
+        from beyondfit.rl.envs.vector import MAX_ENVS  # (an RL task: gymnasium loads anyway)
 
         envs = _count(task.get("num_envs"))
         envs = envs if envs <= MAX_ENVS else 1  # more: the task's own line names the limit
@@ -87,7 +87,7 @@ def _smallest_transition() -> int:
     observation and action)."""
     import gymnasium as gym  # (an off-policy task: gymnasium loads anyway)
 
-    from beyondfit.rl.replay import replay_bytes
+    from beyondfit.rl.replay.buffer import replay_bytes
 
     one = gym.spaces.Box(-1.0, 1.0, (1,))
     return replay_bytes(1, one, one)

@@ -1,7 +1,7 @@
 """Reinforcement learning as data for the one engine.
 
 A :class:`RolloutCollector` is the training data (an iterable of :class:`RolloutBatch`), a loss
-closure from :mod:`beyondfit.rl.losses` is the algorithm, a :class:`GreedyEvaluator` is the
+closure from :mod:`beyondfit.rl.algos.onpolicy` is the algorithm, a :class:`GreedyEvaluator` is the
 validation. Nothing here runs a training loop::
 
     envs = make_vector_env("CartPole-v1", 8)
@@ -25,20 +25,20 @@ trains and its :class:`Target` copy) from :func:`sac_loss`, :func:`td3_loss`, :f
 or a factory of your own.
 """
 
-from beyondfit.rl.agents import OffPolicyAgent, QAgent
-from beyondfit.rl.algorithm import OffPolicyUpdate, Target
-from beyondfit.rl.collector import RolloutBatch, RolloutCollector
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.evaluate import GreedyEvaluator
-from beyondfit.rl.kl_stop import TargetKL
-from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
-from beyondfit.rl.normalization import Normalizer
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.offpolicy_losses import dqn_loss, sac_loss, td3_loss
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
-from beyondfit.rl.returns import discounted_returns, gae_advantages
-from beyondfit.rl.schedules import EnvStepSchedules
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
+from beyondfit.rl.algos.kl_stop import TargetKL
+from beyondfit.rl.algos.offpolicy import dqn_loss, sac_loss, td3_loss
+from beyondfit.rl.algos.onpolicy import a2c_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.algos.schedules import EnvStepSchedules
+from beyondfit.rl.collect.normalization import Normalizer
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.collect.onpolicy import RolloutBatch, RolloutCollector
+from beyondfit.rl.collect.returns import discounted_returns, gae_advantages
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
+from beyondfit.rl.nets.agents import OffPolicyAgent, QAgent
+from beyondfit.rl.nets.policies import ActorCritic
+from beyondfit.rl.replay.buffer import ReplayBatch, ReplayBuffer
 
 __all__ = [
     "ActorCritic",

@@ -3,7 +3,7 @@
 The same claim as the policy-gradient task, for replay: an agent (the model: an actor and a
 critic ensemble, or a Q network), a replay collector (the training data: it steps the env with
 the agent's exploration rule and yields sampled minibatches until ``total_env_steps``), the
-algorithm as the updates its loss factory declares (:mod:`beyondfit.rl.algorithm`: each a
+algorithm as the updates its loss factory declares (:mod:`beyondfit.rl.algos.algorithm`: each a
 closure, the part of the agent it trains, its step ratio, its target copy) and a greedy
 evaluator. This builder knows no algorithm's part names: it gives the agent the parts and
 target copies the updates declare, and the command line builds one optimizer per update from
@@ -23,12 +23,12 @@ from typing import Any
 from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.rl.agents import AGENTS
-from beyondfit.rl.algorithm import OffPolicyUpdate, engine_updates
-from beyondfit.rl.auxiliary import resolve as resolve_aux
-from beyondfit.rl.encoders import describe_encoder
-from beyondfit.rl.envs import WrapperFn, make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, engine_updates
+from beyondfit.rl.algos.auxiliary import resolve as resolve_aux
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import WrapperFn, make_vector_env
+from beyondfit.rl.nets.agents import AGENTS
+from beyondfit.rl.nets.encoders import describe_encoder
 from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
@@ -73,10 +73,10 @@ def build(
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
 
     Args:
-        loss: the list of :class:`~beyondfit.rl.algorithm.OffPolicyUpdate` a factory such as
+        loss: the list of :class:`~beyondfit.rl.algos.algorithm.OffPolicyUpdate` a factory such as
             ``sac_loss`` returns (``task.loss``), stepped in the list's order.
         replay: keys of :data:`REPLAY_DEFAULTS`.
-        agent: ``kind`` (:data:`~beyondfit.rl.agents.AGENTS`: ``actor_critic`` for SAC and
+        agent: ``kind`` (:data:`~beyondfit.rl.nets.agents.AGENTS`: ``actor_critic`` for SAC and
             TD3, ``q`` for DQN) and that class's options (``actor``, ``hidden``, ...).
         optimizers: each update's own settings over the ``optimizer`` group's, by its name.
         total_env_steps: env steps (stored transitions) of the whole run.
@@ -148,7 +148,7 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
            wrappers: Sequence[WrapperFn], env_kwargs: Mapping[str, Any] | None,
            total_env_steps: int) -> tuple[Any, dict[str, Any]]:  # fmt: skip
     """The agent ``task.agent`` describes (its ``kind``, a key of
-    :data:`~beyondfit.rl.agents.AGENTS`, and that class's options; ``encoder`` unless it names
+    :data:`~beyondfit.rl.nets.agents.AGENTS`, and that class's options; ``encoder`` unless it names
     its own) for ``envs``' spaces, and what ``policy.json`` says of it and its env as plain
     data: the agent alone (the parts the algorithm adds, targets, are training's).
     ``exploration_steps`` (DQN's epsilon decay in env steps, as papers state it, whatever the

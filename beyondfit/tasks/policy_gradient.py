@@ -24,15 +24,15 @@ from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.update import Update
-from beyondfit.rl.algorithm import OffPolicyUpdate
-from beyondfit.rl.auxiliary import resolve as resolve_aux
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.encoders import describe_encoder
-from beyondfit.rl.envs import WrapperFn, make_vector_env
-from beyondfit.rl.losses import LossFn
-from beyondfit.rl.normalization import normalizer_options
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.schedules import env_step_schedules
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate
+from beyondfit.rl.algos.auxiliary import resolve as resolve_aux
+from beyondfit.rl.algos.onpolicy import LossFn
+from beyondfit.rl.algos.schedules import env_step_schedules
+from beyondfit.rl.collect.normalization import normalizer_options
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.envs.vector import WrapperFn, make_vector_env
+from beyondfit.rl.nets.encoders import describe_encoder
+from beyondfit.rl.nets.policies import ActorCritic
 from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
 
 #: ``task.collector`` options and their defaults (the collector's; the tuned values per
@@ -77,7 +77,7 @@ def build(
 
     Args:
         loss: the algorithm, a closure ``loss(policy, batch)`` over a
-            :class:`~beyondfit.rl.collector.RolloutBatch` (see :mod:`beyondfit.rl.losses` for
+            :class:`~beyondfit.rl.collect.onpolicy.RolloutBatch` (see :mod:`beyondfit.rl.algos.onpolicy` for
             what it may call on the policy); in the config ``task.loss`` names its factory.
         env: Gymnasium env id, or ``module:EnvId`` to import the module that registers it;
             observations must be a ``Box``, actions ``Discrete`` or ``Box``.
@@ -105,29 +105,29 @@ def build(
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
         eval_episodes: greedy episodes per evaluation.
         confirm_episodes: fresh greedy episodes of the confirming evaluation
-            (:mod:`beyondfit.rl.confirm`), run when the stop rule fires and at the end: their
+            (:mod:`beyondfit.rl.evaluation.confirm`), run when the stop rule fires and at the end: their
             mean is the run's reported return, and "solved" means it reaches the target; 0:
             none (the last in-training evaluation is reported, unconfirmed).
         target_return: what counts as solved in the summary line (and the usual stop rule);
             ``None``: the env's registered ``reward_threshold``, if any.
-        normalize: running normalization inside the policy (:mod:`beyondfit.rl.normalization`):
+        normalize: running normalization inside the policy (:mod:`beyondfit.rl.collect.normalization`):
             ``true`` for observations and rewards, or a mapping (``observations``, ``rewards``,
             ``clip``, ``epsilon``); ``null``/``false`` for none.
-        anneal: linear schedules over ``total_env_steps`` (:mod:`beyondfit.rl.schedules`):
+        anneal: linear schedules over ``total_env_steps`` (:mod:`beyondfit.rl.algos.schedules`):
             ``lr`` is the final learning rate as a fraction of ``optimizer.lr`` (0.0 anneals to
             zero; ``null`` keeps it constant), ``ent_coef`` and ``clip_coef`` (PPO) the final
             values of those coefficients.
         encoder: what reads the observations, the trunk policy and value heads share
-            (:func:`~beyondfit.rl.encoders.make_encoder`): ``auto`` (a CNN for images, a
+            (:func:`~beyondfit.rl.nets.encoders.make_encoder`): ``auto`` (a CNN for images, a
             flatten for vectors), ``flat``, ``nature``, ``minatar``, or your own factory
             ``observation_space -> nn.Module``.
         env_kwargs: keyword arguments of each env copy's ``gym.make`` (Atari's
             ``frameskip=1`` under ``AtariPreprocessing``).
         vectorization: how the training env copies are stepped
-            (:data:`~beyondfit.rl.envs.VECTORIZATIONS`: ``auto``, ``sync``, ``async``,
+            (:data:`~beyondfit.rl.envs.vector.VECTORIZATIONS`: ``auto``, ``sync``, ``async``,
             ``envpool``; ``auto`` takes envpool for an Atari id where it is installed).
         aux, aux_options: auxiliary self-supervised terms on the encoder
-            (:mod:`beyondfit.rl.auxiliary`): ``shift``, ``reconstruction``,
+            (:mod:`beyondfit.rl.algos.auxiliary`): ``shift``, ``reconstruction``,
             ``self_prediction`` or your own, summed into ``loss`` under its one optimizer; the
             rollout batches then carry ``next_obs`` and the done flags.
     """

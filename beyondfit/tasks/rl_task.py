@@ -19,16 +19,16 @@ from beyondfit.core.callbacks import Callback, Stopwatch
 from beyondfit.core.logs import count
 from beyondfit.core.options import check_number
 from beyondfit.core.state.serialization import atomic_save
-from beyondfit.rl.confirm import ConfirmingEvaluation
-from beyondfit.rl.envs import MAX_ENVS, WrapperFn, env_spec
-from beyondfit.rl.evaluate import GreedyEvaluator
+from beyondfit.rl.envs.vector import MAX_ENVS, WrapperFn, env_spec
+from beyondfit.rl.evaluation.confirm import ConfirmingEvaluation
+from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
 
 if TYPE_CHECKING:
     import torch
 
     from beyondfit.core.engine import Engine
-    from beyondfit.rl.collector import RolloutCollector
-    from beyondfit.rl.offpolicy import ReplayCollector
+    from beyondfit.rl.collect.offpolicy import ReplayCollector
+    from beyondfit.rl.collect.onpolicy import RolloutCollector
 
 
 def check_run_counts(*, confirm_episodes: Any, **counts: Any) -> None:
@@ -75,7 +75,7 @@ def rl_task(
     It evaluates greedily every ``eval_every`` optimizer steps on its own envs (seeds from
     ``seed + 10_000``), times the training (the summary line's training time) and, with
     ``confirm_episodes``, confirms the score on that many fresh greedy episodes
-    (:class:`~beyondfit.rl.confirm.ConfirmingEvaluation`, against ``target_return``, by default
+    (:class:`~beyondfit.rl.evaluation.confirm.ConfirmingEvaluation`, against ``target_return``, by default
     the env's registered ``reward_threshold``). Its ``finish`` closes the envs (collector,
     evaluator, confirming evaluation), then :func:`save_and_report` the model's weights (but
     the submodules and parameters named in ``leave_out``: training's alone, such as target

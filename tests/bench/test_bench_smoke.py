@@ -342,7 +342,7 @@ def test_reading_path_counts_every_span_and_stays_a_third_of_the_issues_900_line
         if algo == "sac":
             assert lines <= 300, text
     with pytest.raises(SystemExit, match="no definition 'nosuch'"):
-        reading.count([("beyondfit/rl/algorithm.py", ["nosuch"])])
+        reading.count([("beyondfit/rl/algos/algorithm.py", ["nosuch"])])
     with pytest.raises(SystemExit, match=r"git cannot show conf/algo/sac\.yaml at 0000000"):
         reading.count(reading.PATH_AT_ISSUE, "0000000")  # as in a shallow clone: one line
     known = subprocess.run(["git", "cat-file", "-e", reading.ISSUE_COMMIT], cwd=BENCH.parent,

@@ -60,7 +60,7 @@ def test_experiment_presets_pick_the_task_and_a_sweep() -> None:
     assert sweep.task._target_ == "beyondfit.tasks.regression.build"
     assert sweep.train.epochs == 60  # the preset wins over the task's own default (120)
     assert dict(sweep.hydra.sweeper.params) == {"optimizer.lr": "0.001,0.01", "seed": "0,1,2"}
-    assert cartpole.task.loss._target_ == "beyondfit.rl.losses.ppo_loss"
+    assert cartpole.task.loss._target_ == "beyondfit.rl.algos.onpolicy.ppo_loss"
     assert cartpole.train.stop is None
 
 

@@ -126,7 +126,7 @@ def test_cartpole_preset_searches_ppos_settings_on_a_tiny_budget(tmp_path: Path)
     best = max(finals, key=finals.get)
     config = OmegaConf.load(sweep / best / ".hydra" / "config.yaml")
     assert config.task.collector.epochs == results.best_params["task.collector.epochs"]
-    assert config.task.loss._target_ == "beyondfit.rl.losses.ppo_loss"
+    assert config.task.loss._target_ == "beyondfit.rl.algos.onpolicy.ppo_loss"
     # The RL tasks score their result's greedy return; supervised ones their val_loss.
     assert compose_search("+task=acrobot").objective.metric == "val_return"
     assert dict(compose_search("+task=autoencoder").objective) == {"metric": "val_loss",

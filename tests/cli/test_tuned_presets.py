@@ -30,7 +30,7 @@ MYMOD = '''
 import torch
 import torch.nn.functional as F
 
-from beyondfit.rl.algorithm import OffPolicyUpdate, Target
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
 
 
 def cql_dqn(gamma=0.99, double=False, target_every=1000, alpha=0.5):

@@ -19,7 +19,7 @@ LOSS = '''
 import torch
 import torch.nn.functional as F
 
-from beyondfit.rl.algorithm import OffPolicyUpdate, Target
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
 
 
 def scaled(values, scale):

@@ -390,7 +390,7 @@ def _check_data_loaders(rank: int, world: int) -> None:
 def _check_rl_collectors(rank: int, world: int) -> None:
     """RL: each rank steps its own envs (own seed, half the env-step budget); the logged
     env_steps are the sum over ranks, and the policies stay equal."""
-    from beyondfit.rl.losses import a2c_loss
+    from beyondfit.rl.algos.onpolicy import a2c_loss
     from beyondfit.tasks.policy_gradient import build
 
     task = build(a2c_loss(), seed=0, num_envs=4, total_env_steps=2048, eval_episodes=2,

@@ -86,8 +86,8 @@ def test_the_pages_dqn_loss_reads_the_n_step_discount(launch_dir: Path) -> None:
     import torch
 
     from beyondfit.core.target import SlowCopy
-    from beyondfit.rl.agents import QAgent
-    from beyondfit.rl.replay import ReplayBatch
+    from beyondfit.rl.nets.agents import QAgent
+    from beyondfit.rl.replay.buffer import ReplayBatch
 
     # loaded under a name of its own: other tests import their own "mymod"
     spec = importlib.util.spec_from_file_location("own_algorithm_page", launch_dir / "mymod.py")

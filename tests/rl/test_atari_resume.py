@@ -1,4 +1,4 @@
-"""An Atari copy rebuilt on resume is the game it continues (``beyondfit/rl/env_collector.py``):
+"""An Atari copy rebuilt on resume is the game it continues (``beyondfit/rl/collect/env_collector.py``):
 v5's sticky actions draw from the ALE's own generator, kept with the ALE's state, and a lost
 life (``EpisodicLife``) is replayed from the game's real start, not from the life's.
 
@@ -23,10 +23,10 @@ from kit import task_config
 pytest.importorskip("ale_py")
 
 from beyondfit.core.state.checks import FieldError
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 def breakout(num_envs: int = 2) -> Any:

@@ -1,4 +1,4 @@
-"""task.aux: auxiliary self-supervised terms on the encoder (beyondfit/rl/auxiliary.py): DrQ's
+"""task.aux: auxiliary self-supervised terms on the encoder (beyondfit/rl/algos/auxiliary.py): DrQ's
 shift against a padded crop and its averaged targets, each term summed into the algorithm's
 closure under the encoder's optimizer with its momentum copies, the refusals, and a run that
 asks for none unchanged."""
@@ -14,9 +14,8 @@ import torch.nn.functional as F
 from beyondfit import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import QAgent
-from beyondfit.rl.algorithm import engine_updates
-from beyondfit.rl.auxiliary import (
+from beyondfit.rl.algos.algorithm import engine_updates
+from beyondfit.rl.algos.auxiliary import (
     AuxLoss,
     Momentum,
     ShiftedReplayBatch,
@@ -24,11 +23,12 @@ from beyondfit.rl.auxiliary import (
     resolve,
     shifted,
 )
-from beyondfit.rl.collector import RolloutBatch, RolloutCollector, RolloutTransitions
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy_losses import dqn_loss
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.replay import ReplayBatch
+from beyondfit.rl.algos.offpolicy import dqn_loss
+from beyondfit.rl.collect.onpolicy import RolloutBatch, RolloutCollector, RolloutTransitions
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.agents import QAgent
+from beyondfit.rl.nets.policies import ActorCritic
+from beyondfit.rl.replay.buffer import ReplayBatch
 
 BOARD = gym.spaces.Box(0, 1, (10, 10, 4), np.bool_)  # MinAtar's layout: channels last
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)  # a frame stack: channels first

@@ -15,14 +15,14 @@ import torch
 
 from beyondfit import Engine, Update
 from beyondfit.core.compile import graphs
-from beyondfit.rl.agents import QAgent
-from beyondfit.rl.algorithm import engine_updates
-from beyondfit.rl.auxiliary import resolve
-from beyondfit.rl.collector import RolloutTransitions
-from beyondfit.rl.losses import ppo_loss
-from beyondfit.rl.offpolicy_losses import dqn_loss
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.replay import ReplayBatch
+from beyondfit.rl.algos.algorithm import engine_updates
+from beyondfit.rl.algos.auxiliary import resolve
+from beyondfit.rl.algos.offpolicy import dqn_loss
+from beyondfit.rl.algos.onpolicy import ppo_loss
+from beyondfit.rl.collect.onpolicy import RolloutTransitions
+from beyondfit.rl.nets.agents import QAgent
+from beyondfit.rl.nets.policies import ActorCritic
+from beyondfit.rl.replay.buffer import ReplayBatch
 
 from kit import doc_section
 

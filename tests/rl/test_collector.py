@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 class CountEnv(gym.Env):
@@ -103,7 +103,7 @@ def test_without_a_critic_advantages_are_discounted_returns_cut_at_the_rollout_e
 
 def test_a_loss_that_needs_values_names_the_policy_without_a_critic():
     from beyondfit.core.errors import BeyondfitError
-    from beyondfit.rl.losses import a2c_loss
+    from beyondfit.rl.algos.onpolicy import a2c_loss
 
     col = collector("BeyondfitTest/Count-v0", critic=False)
     batch = next(iter(col))
@@ -285,7 +285,7 @@ def test_length_is_the_number_of_batches_of_a_full_pass():
 
 def test_log_probs_are_optional_and_ppo_asks_for_them():
     from beyondfit.core.errors import BeyondfitError
-    from beyondfit.rl.losses import ppo_loss
+    from beyondfit.rl.algos.onpolicy import ppo_loss
 
     col = collector("BeyondfitTest/Count-v0", old_log_prob=False, minibatches=2)
     batch = next(iter(col))

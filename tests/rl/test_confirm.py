@@ -14,7 +14,7 @@ from torch import nn
 from beyondfit.cli.result import final_record
 from beyondfit.core.callbacks import StopRule
 from beyondfit.core.engine import Engine
-from beyondfit.rl.confirm import SEED_OFFSET, ConfirmingEvaluation
+from beyondfit.rl.evaluation.confirm import SEED_OFFSET, ConfirmingEvaluation
 
 from kit import cli
 

@@ -15,11 +15,11 @@ import torch.nn.functional as F
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import QAgent
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.offpolicy_losses import dqn_loss
-from beyondfit.rl.replay import ReplayBatch
+from beyondfit.rl.algos.offpolicy import dqn_loss
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.agents import QAgent
+from beyondfit.rl.replay.buffer import ReplayBatch
 
 from kit import cli, killed_and_resumed
 

@@ -1,4 +1,4 @@
-"""The encoder part (``beyondfit/rl/encoders.py``): chosen from the space, shapes and dtypes,
+"""The encoder part (``beyondfit/rl/nets/encoders.py``): chosen from the space, shapes and dtypes,
 a user's own, and the networks built over it (policy, Q network, critic and actor)."""
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from beyondfit import BeyondfitError
-from beyondfit.rl.agents import OffPolicyAgent, QAgent
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.encoders import (
+from beyondfit.rl.collect.normalization import Normalizer
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.nets.agents import OffPolicyAgent, QAgent
+from beyondfit.rl.nets.encoders import (
     Flat,
     MinAtarCNN,
     NatureCNN,
@@ -24,8 +25,7 @@ from beyondfit.rl.encoders import (
     is_image,
     make_encoder,
 )
-from beyondfit.rl.normalization import Normalizer
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.nets.policies import ActorCritic
 
 FRAMES = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
 BOARD = gym.spaces.Box(0, 1, (10, 10, 4), bool)  # MinAtar's boards

@@ -1,4 +1,4 @@
-"""Episode statistics (``beyondfit/rl/env_collector.py``): sums per log row, and the episodes an
+"""Episode statistics (``beyondfit/rl/collect/env_collector.py``): sums per log row, and the episodes an
 env reports one by one (``RecordEpisodeStatistics``) with the mean of the last 100."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from beyondfit import BeyondfitError
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.env_collector import EpisodeStats
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.collect.env_collector import EpisodeStats
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 def test_reported_episodes_give_the_mean_of_the_last_100_and_survive_a_checkpoint() -> None:

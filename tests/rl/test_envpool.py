@@ -1,4 +1,4 @@
-"""Atari copies in envpool (``task.vectorization=envpool``, ``beyondfit/rl/envpool_atari.py``):
+"""Atari copies in envpool (``task.vectorization=envpool``, ``beyondfit/rl/envs/envpool_atari.py``):
 the same observations as Gymnasium's path, the game's raw score per finished game, next-step
 autoreset whose reset step is never learned from, what ``auto`` picks, and the refusals."""
 
@@ -16,11 +16,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from beyondfit import BeyondfitError
-from beyondfit.rl import envpool_atari
-from beyondfit.rl.collector import RolloutCollector
-from beyondfit.rl.envpool_atari import EnvPoolVectorEnv, NoEquivalent, envpool_options
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.collect.onpolicy import RolloutCollector
+from beyondfit.rl.envs.envpool_atari import EnvPoolVectorEnv, NoEquivalent, envpool_options
+from beyondfit.rl.envs.vector import envpool_atari, make_vector_env
+from beyondfit.rl.nets.policies import ActorCritic
 
 from kit import ROOT
 

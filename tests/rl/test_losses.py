@@ -5,9 +5,9 @@ import pytest
 import torch
 
 from beyondfit.nets import mlp
-from beyondfit.rl.collector import RolloutBatch
-from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.algos.onpolicy import a2c_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.collect.onpolicy import RolloutBatch
+from beyondfit.rl.nets.policies import ActorCritic
 
 LOSSES = {"reinforce": reinforce_loss, "a2c": a2c_loss, "ppo": ppo_loss}
 

@@ -21,15 +21,15 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
 from beyondfit.core.state.serialization import safe_load
 from beyondfit.rl import ActorCritic, RolloutCollector, make_vector_env, ppo_loss
-from beyondfit.rl.kl_stop import TargetKL
-from beyondfit.rl.normalization import (
+from beyondfit.rl.algos.kl_stop import TargetKL
+from beyondfit.rl.collect.normalization import (
     Normalizer,
     RunningMoments,
     batch_moments,
     merge_moments,
     normalizer_options,
 )
-from beyondfit.rl.play import load_policy, play
+from beyondfit.rl.evaluation.play import load_policy, play
 from beyondfit.tasks.policy_gradient import build
 
 from kit import leave_rank

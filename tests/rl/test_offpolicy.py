@@ -20,11 +20,11 @@ from beyondfit import Engine, Update
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.core.target import SlowCopy
-from beyondfit.rl.agents import OffPolicyAgent
-from beyondfit.rl.algorithm import OffPolicyUpdate, Target
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.offpolicy_losses import sac_loss
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
+from beyondfit.rl.algos.offpolicy import sac_loss
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.agents import OffPolicyAgent
 
 from kit import cli, killed_and_resumed
 
@@ -252,7 +252,7 @@ def test_cli_trains_and_plays_an_off_policy_algorithm(tmp_path: Path, algo: str)
 def test_cli_runs_an_off_policy_loss_of_ones_own(tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text(textwrap.dedent("""
         import torch
-        from beyondfit.rl.algorithm import OffPolicyUpdate, Target
+        from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
 
         def my_loss(gamma=0.9, scale=2.0):
             # DDPG with a twin critic: the deterministic actor of algo=td3, no delay.
@@ -313,7 +313,7 @@ def test_torchrun_sac_each_rank_collects_into_its_own_buffer(tmp_path: Path) -> 
 def test_one_closure_gets_its_own_optimizer_settings_over_the_groups() -> None:
     from functools import partial
 
-    from beyondfit.rl.offpolicy_losses import sac_loss
+    from beyondfit.rl.algos.offpolicy import sac_loss
     from beyondfit.tasks.offpolicy import build
 
     task = build(loss=sac_loss(), total_env_steps=10, replay={"learning_starts": 5},
@@ -329,8 +329,8 @@ def test_one_closure_gets_its_own_optimizer_settings_over_the_groups() -> None:
 
 
 def test_the_gaussian_actors_log_std_bounds_tanh_and_clamp() -> None:
-    from beyondfit.rl.agents import LOG_STD_RANGES, GaussianActor
-    from beyondfit.rl.policy_file import _LOG_STD_MODES
+    from beyondfit.rl.evaluation.policy_file import _LOG_STD_MODES
+    from beyondfit.rl.nets.agents import LOG_STD_RANGES, GaussianActor
 
     assert set(_LOG_STD_MODES) == set(LOG_STD_RANGES)  # what policy.pt may name, the agent builds
 
@@ -442,7 +442,7 @@ def test_a_two_seed_sac_sweep_then_compare(tmp_path: Path) -> None:
 
 
 def test_td3_delays_the_actor_and_the_targets_through_the_engine() -> None:
-    from beyondfit.rl.offpolicy_losses import td3_loss
+    from beyondfit.rl.algos.offpolicy import td3_loss
     from beyondfit.tasks.offpolicy import build
 
     agent = {"actor": "deterministic", "hidden": [8], "init_alpha": None}
@@ -484,7 +484,7 @@ def _trained_by_the_engine(overrides: list[str]) -> tuple[Any, nn.Module, list]:
     steps was given: the minibatch and the random state the step began with (the collector
     draws between steps, with the model the engine trains)."""
     from beyondfit.cli.builders import build_optimizer
-    from beyondfit.rl.replay import ReplayBatch
+    from beyondfit.rl.replay.buffer import ReplayBatch
 
     cfg, task = _cli_task(overrides)
     engine = Engine(task.model, task.loss_fn, build_optimizer(cfg.optimizer), device="cpu",
@@ -647,7 +647,7 @@ def test_sac_td3_and_dqn_train_bitwise_as_their_hand_written_updates(
 
 
 def test_sacs_temperature_reads_the_actors_sample_of_the_same_minibatch_or_says_why_not() -> None:
-    from beyondfit.rl.offpolicy_losses import Handoff
+    from beyondfit.rl.algos.offpolicy import Handoff
 
     critic, actor, alpha = sac_loss()
     model = OffPolicyAgent(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)), hidden=(8,))

@@ -1,5 +1,5 @@
 """A replay collector's saved state is checked whole before anything changes
-(``beyondfit/rl/offpolicy.py`` and the buffer's own ``load_state_dict``): each doctored
+(``beyondfit/rl/collect/offpolicy.py`` and the buffer's own ``load_state_dict``): each doctored
 entry an adversarial trial re-sealed into a checkpoint is one line naming it, and the collector
 it was offered to is left as it was."""
 
@@ -15,9 +15,9 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
-from beyondfit.rl.agents import OffPolicyAgent
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.nets.agents import OffPolicyAgent
 
 from kit import cli, one_line_exit_2
 
@@ -123,7 +123,7 @@ def dqn_saved() -> dict[str, Any]:
 
 
 def dqn_collector() -> ReplayCollector:
-    from beyondfit.rl.agents import QAgent
+    from beyondfit.rl.nets.agents import QAgent
 
     envs = make_vector_env("CartPole-v1", 2, sync=True)
     agent = QAgent(envs.single_observation_space, envs.single_action_space, hidden=(8,))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from beyondfit import BeyondfitError
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.nets.policies import ActorCritic
 
 OBS = gym.spaces.Box(-1.0, 1.0, (5,), np.float32)
 BOX = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)

@@ -1,11 +1,11 @@
-"""The replay buffer (``beyondfit/rl/replay.py``): each field in its own dtype, each frame of an
+"""The replay buffer (``beyondfit/rl/replay/buffer.py``): each field in its own dtype, each frame of an
 image observation stored once, and bitwise what a plain per-transition copy would hand out.
 
 The frame-once buffer is checked against :class:`Naive` (every transition copied whole) on the
 same random transitions of several interleaved env copies, with next-step autoresets, episodes
 of 1 to 5 steps, wrap-around and frames run short; against the single-row buffer it replaced
 for vector observations; through its checkpoints; and through the real
-:class:`~beyondfit.rl.offpolicy.ReplayCollector` on a small frame-stacked env.
+:class:`~beyondfit.rl.collect.offpolicy.ReplayCollector` on a small frame-stacked env.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from torch import nn
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
 from beyondfit.rl import replay
-from beyondfit.rl.envs import make_vector_env
-from beyondfit.rl.offpolicy import ReplayCollector
-from beyondfit.rl.replay import ReplayBatch, ReplayBuffer, replay_bytes
+from beyondfit.rl.collect.offpolicy import ReplayCollector
+from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.replay.buffer import ReplayBatch, ReplayBuffer, replay_bytes
 
 # the fields every transition has (``discount``, ``one_step_obs``: n-step batches, tested apart)
 FIELDS = tuple(f for f in ReplayBatch._fields if f not in ("discount", "one_step_obs"))

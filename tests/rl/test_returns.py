@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from beyondfit.rl.returns import discounted_returns, gae_advantages
+from beyondfit.rl.collect.returns import discounted_returns, gae_advantages
 
 GAMMA = 0.5
 REWARDS = np.array([[1, 1], [2, 1], [0, 1], [1, 1], [3, 1], [0, 1]], dtype=np.float32)

@@ -16,9 +16,9 @@ from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
 from beyondfit.rl import RolloutBatch, make_vector_env, ppo_loss
-from beyondfit.rl.kl_stop import TargetKL
-from beyondfit.rl.losses import clipped_value_loss
-from beyondfit.rl.schedules import env_step_schedules
+from beyondfit.rl.algos.kl_stop import TargetKL
+from beyondfit.rl.algos.onpolicy import clipped_value_loss
+from beyondfit.rl.algos.schedules import env_step_schedules
 from beyondfit.tasks.policy_gradient import build
 
 ROLLOUT = 4 * 32  # env steps per rollout below: 4 envs x 32 steps

@@ -15,8 +15,8 @@ import torch
 
 from beyondfit import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save
-from beyondfit.rl.play import load_policy, play
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.evaluation.play import load_policy, play
+from beyondfit.rl.nets.policies import ActorCritic
 
 from kit import cli
 
@@ -93,7 +93,7 @@ DOCTORED = {
         "a log_std among tanh, clamp"),
     "an off-policy agent of an unknown kind": (
         {"kind": "offpolicy", "env": "CartPole-v1", "wrappers": [],
-         "agent": {"kind": "beyondfit.rl.agents.QAgent", "hidden": [8]}},
+         "agent": {"kind": "beyondfit.rl.nets.agents.QAgent", "hidden": [8]}},
         "a kind among actor_critic, q"),
 }
 

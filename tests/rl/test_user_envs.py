@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 
 from beyondfit import BeyondfitError
 from beyondfit.cli.builders import build_task
-from beyondfit.rl.envs import make_vector_env
+from beyondfit.rl.envs.vector import make_vector_env
 
 from kit import CORRIDOR_ENV, cli
 
@@ -92,7 +92,7 @@ def test_env_mistakes_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_a_wrapper_without_partial_says_to_add_it(tmp_path: Path) -> None:
     cfg = OmegaConf.create({
         "_target_": "beyondfit.tasks.policy_gradient.build",
-        "loss": {"_target_": "beyondfit.rl.losses.ppo_loss"},
+        "loss": {"_target_": "beyondfit.rl.algos.onpolicy.ppo_loss"},
         "wrappers": [{"_target_": "gymnasium.wrappers.TimeLimit", "max_episode_steps": 20}],
     })
     with pytest.raises(BeyondfitError) as info:
@@ -109,8 +109,8 @@ def test_a_wrapper_without_partial_says_to_add_it(tmp_path: Path) -> None:
 def test_an_evaluation_episode_that_never_ends_is_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from beyondfit.rl.evaluate import GreedyEvaluator
-    from beyondfit.rl.policies import ActorCritic
+    from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
+    from beyondfit.rl.nets.policies import ActorCritic
 
     (tmp_path / "myenvs.py").write_text(USER_ENVS)  # Corridor-v0 has no time limit
     monkeypatch.syspath_prepend(str(tmp_path))

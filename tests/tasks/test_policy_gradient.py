@@ -12,7 +12,7 @@ from beyondfit.core.callbacks import StopRule
 from beyondfit.core.engine import Engine
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.seeding import seed_everything
-from beyondfit.rl.losses import a2c_loss, ppo_loss, reinforce_loss
+from beyondfit.rl.algos.onpolicy import a2c_loss, ppo_loss, reinforce_loss
 from beyondfit.tasks.policy_gradient import build as build_pg
 
 from kit import cli, one_line_exit_2

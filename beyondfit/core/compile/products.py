@@ -2,7 +2,7 @@
 traced, before autograd, so that the backward follows the rewritten forward.
 
 Every ``torch.baddbmm(bias, x, weight)`` of a CPU graph (an ensemble of linear layers in one
-product: a SAC or TD3 critic's :class:`~beyondfit.rl.agents.VectorizedLinear`) becomes:
+product: a SAC or TD3 critic's :class:`~beyondfit.rl.nets.agents.VectorizedLinear`) becomes:
 
 - for one output column (a critic's head) or at most :data:`SMALL_FEATURES` input features (a
   critic's first layer on a small env): elementwise products and sums. Batched matmuls of those

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from beyondfit.core.compile import graphs, products
-from beyondfit.rl.agents import VectorizedLinear
+from beyondfit.rl.nets.agents import VectorizedLinear
 
 
 def _traced_graphs(monkeypatch):

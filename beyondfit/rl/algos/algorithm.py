@@ -32,7 +32,7 @@ from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update, check_names
 
 if TYPE_CHECKING:
-    from beyondfit.rl.auxiliary import Auxiliary
+    from beyondfit.rl.algos.auxiliary import Auxiliary
 
 #: A loss closure: ``loss(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
 Closure = Callable[[nn.Module, Any], Any]
@@ -61,7 +61,7 @@ class OffPolicyUpdate:
     Attributes:
         name: the update's name: its logged values are ``NAME/loss``, ...; its own optimizer
             settings are ``task.optimizers.NAME``.
-        loss: the closure ``loss(model, batch)`` over a :class:`~beyondfit.rl.replay.
+        loss: the closure ``loss(model, batch)`` over a :class:`~beyondfit.rl.replay.buffer.
             ReplayBatch`; its backward reaches this update's part only.
         trains: the model attribute whose parameters this optimizer trains: a module
             (``"critic"``) or a single parameter (``"log_alpha"``).
@@ -89,7 +89,7 @@ def engine_updates(model: nn.Module, declared: Any, optimizers: Any = None,
     copy follows each of its steps. The parts the agent lacks are built first (``build``), then
     the targets, before anything draws random numbers: a target starts equal to its part;
     then ``aux``'s terms join the update that trains the encoder
-    (:meth:`~beyondfit.rl.auxiliary.Auxiliary.join`). Returns the updates and the attributes
+    (:meth:`~beyondfit.rl.algos.auxiliary.Auxiliary.join`). Returns the updates and the attributes
     added to ``model`` (left out of the saved policy)."""
     declared = _declared(declared)
     own = _own_settings(optimizers, [u.name for u in declared])
@@ -140,7 +140,7 @@ def _declared(declared: Any) -> list[OffPolicyUpdate]:
         raise BeyondfitError(
             f"task.loss gave {type(declared).__name__}, not a list of OffPolicyUpdate: an "
             "off-policy loss factory returns [OffPolicyUpdate(name, closure, trains=PART, "
-            "every=..., target=...), ...] (see beyondfit.rl.algorithm), or pick one with "
+            "every=..., target=...), ...] (see beyondfit.rl.algos.algorithm), or pick one with "
             "algo=sac, algo=td3 or algo=dqn")
     return list(declared)
 

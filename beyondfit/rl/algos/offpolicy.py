@@ -1,9 +1,9 @@
 """Off-policy algorithms, each a factory that declares its updates (one per optimizer).
 
 A factory (``sac_loss(gamma=0.99)``) returns a list of
-:class:`~beyondfit.rl.algorithm.OffPolicyUpdate`: each a closure ``loss(model, batch)`` over the
-agent (:class:`~beyondfit.rl.agents.OffPolicyAgent`, or :class:`~beyondfit.rl.agents.QAgent` for
-DQN) and a :class:`~beyondfit.rl.replay.ReplayBatch`, the part of the agent its optimizer trains,
+:class:`~beyondfit.rl.algos.algorithm.OffPolicyUpdate`: each a closure ``loss(model, batch)`` over the
+agent (:class:`~beyondfit.rl.nets.agents.OffPolicyAgent`, or :class:`~beyondfit.rl.nets.agents.QAgent` for
+DQN) and a :class:`~beyondfit.rl.replay.buffer.ReplayBatch`, the part of the agent its optimizer trains,
 its step ratio and the target copy that follows it; the engine steps them in the list's order on
 every minibatch. Read each factory's ``return`` for the whole algorithm's optimizers. A loss of
 your own is a factory like these in your own module (``task.loss._target_=mymodule.my_loss``);
@@ -21,9 +21,9 @@ import torch.nn.functional as F
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.rl.agents import OffPolicyAgent, QAgent
-from beyondfit.rl.algorithm import OffPolicyUpdate, Target
-from beyondfit.rl.replay import ReplayBatch
+from beyondfit.rl.algos.algorithm import OffPolicyUpdate, Target
+from beyondfit.rl.nets.agents import OffPolicyAgent, QAgent
+from beyondfit.rl.replay.buffer import ReplayBatch
 
 Closure = Callable[[Any, ReplayBatch], dict[str, torch.Tensor]]
 
@@ -163,7 +163,7 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
       otherwise (CleanRL's ``tau``).
 
     Gradient clipping is the engine's (``engine.clip_norm=10``: SB3's ``max_grad_norm``).
-    With ``task.aux=[shift]`` (DrQ, :mod:`beyondfit.rl.auxiliary`) the TD target is averaged
+    With ``task.aux=[shift]`` (DrQ, :mod:`beyondfit.rl.algos.auxiliary`) the TD target is averaged
     over ``k`` shifted next observations and the loss over ``m`` shifted observations.
     """
     _check_gamma(gamma)

@@ -1,5 +1,5 @@
 """Policies: categorical for ``Discrete`` actions, diagonal Gaussian for ``Box`` actions, over an
-encoder (:mod:`beyondfit.rl.encoders`: flat vectors, CNNs for frames and boards, your own).
+encoder (:mod:`beyondfit.rl.nets.encoders`: flat vectors, CNNs for frames and boards, your own).
 
 The distribution is written out by hand (log-softmax, Gumbel-max sampling, Gaussian log-density)
 instead of ``torch.distributions``: building a validated ``Categorical`` per environment step costs
@@ -19,7 +19,7 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.nets import INITS, mlp
-from beyondfit.rl.encoders import make_encoder
+from beyondfit.rl.nets.encoders import make_encoder
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
@@ -74,10 +74,10 @@ class ActorCritic(nn.Module):
             gain sqrt(2) in hidden layers, 0.01 on the actor's last, 1 on the critic's, zero
             biases) or ``"default"`` (torch's own, as SB3's ``ortho_init=False`` leaves them).
             The encoder (a CNN) initializes itself either way.
-        normalizer: optional running normalization (:class:`~beyondfit.rl.normalization.
+        normalizer: optional running normalization (:class:`~beyondfit.rl.collect.normalization.
             Normalizer`): every method that takes observations takes raw ones and normalizes
             them with its (saved, frozen outside collection) statistics (flat observations).
-        encoder: what reads observations (:func:`~beyondfit.rl.encoders.make_encoder`):
+        encoder: what reads observations (:func:`~beyondfit.rl.nets.encoders.make_encoder`):
             ``"auto"`` (from the space), ``"flat"``, ``"nature"``, ``"minatar"`` or a factory
             ``observation_space -> nn.Module``; ``hidden`` sizes the heads after it.
     """

@@ -47,7 +47,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.suites import register_family
+from beyondfit.rl.envs.suites import register_family
 
 #: How to get envpool, said where it is missing.
 INSTALL = "pip install envpool"

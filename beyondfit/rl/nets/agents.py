@@ -2,19 +2,19 @@
 
 - :class:`OffPolicyAgent` (SAC, TD3): a critic ensemble in one batched matmul per layer and a
   tanh-squashed Gaussian actor (SAC) or a deterministic one (TD3); actions inside it (and in
-  :class:`~beyondfit.rl.replay.ReplayBatch`) are scaled to ``[-1, 1]``, and
+  :class:`~beyondfit.rl.replay.buffer.ReplayBatch`) are scaled to ``[-1, 1]``, and
   :meth:`OffPolicyAgent.act` maps them to the env's bounds. Exploration: the actor's sample,
   or its action plus noise.
 - :class:`QAgent` (DQN): a Q network over ``Discrete`` actions. Exploration: epsilon-greedy,
   epsilon linear over the run's env steps (SB3's and RL-Zoo's ``exploration_*`` settings).
 
-Both read raw observations through an encoder (:mod:`beyondfit.rl.encoders`: a flatten for
+Both read raw observations through an encoder (:mod:`beyondfit.rl.nets.encoders`: a flatten for
 vectors, a CNN for frames, your own): inside the Q network for DQN (``model.q(obs)``); inside
 the critic for SAC and TD3, whose actor reads the critic's features without training them
 (SB3's shared features extractor; SAC-AE and DrQ detach the actor's input the same way).
 
 Target copies are not the agent's: the algorithm declares them with its updates
-(:mod:`beyondfit.rl.algorithm`) and the task keeps them on the agent (``model.critic_target``).
+(:mod:`beyondfit.rl.algos.algorithm`) and the task keeps them on the agent (``model.critic_target``).
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from torch import nn
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.nets import mlp
-from beyondfit.rl.actions import box_bounds
-from beyondfit.rl.encoders import as_encoder, make_encoder
-from beyondfit.rl.policies import check_spaces
-from beyondfit.rl.schedules import linear
+from beyondfit.rl.algos.schedules import linear
+from beyondfit.rl.envs.actions import box_bounds
+from beyondfit.rl.nets.encoders import as_encoder, make_encoder
+from beyondfit.rl.nets.policies import check_spaces
 
 #: How the Gaussian actor bounds its log-std: ``"tanh"`` (CleanRL) rescales a tanh into
 #: ``[-5, 2]``, smooth and starting near std 0.22; ``"clamp"`` (SB3) clips a linear output to
@@ -206,7 +206,7 @@ class OffPolicyAgent(nn.Module):
         log_std: how the Gaussian actor bounds its log-std: ``"tanh"`` or ``"clamp"``
             (:data:`LOG_STD_RANGES`).
         activation: ``"relu"`` or ``"tanh"``.
-        encoder: what reads observations (:func:`~beyondfit.rl.encoders.make_encoder`).
+        encoder: what reads observations (:func:`~beyondfit.rl.nets.encoders.make_encoder`).
     """
 
     def __init__(

@@ -31,10 +31,10 @@ from beyondfit.core.state.serialization import (
     nonfinite_entries,
     safe_load,
 )
-from beyondfit.rl.envs import env_spec, greedy_policy, missing_dependency
-from beyondfit.rl.normalization import Normalizer
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.policy_file import check_policy, encoder_factory, wrapper_factory
+from beyondfit.rl.collect.normalization import Normalizer
+from beyondfit.rl.envs.vector import env_spec, greedy_policy, missing_dependency
+from beyondfit.rl.evaluation.policy_file import check_policy, encoder_factory, wrapper_factory
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 def load_policy(
@@ -42,7 +42,7 @@ def load_policy(
 ) -> tuple[nn.Module, dict]:
     """Rebuild the policy saved in a run directory (or from its ``policy.pt``).
 
-    The file is data: its description is checked (:mod:`beyondfit.rl.policy_file`) and the
+    The file is data: its description is checked (:mod:`beyondfit.rl.evaluation.policy_file`) and the
     network's shapes are compared with its weights on the meta device before anything real is
     built; modules it names are imported only when ``allow_import`` names them.
     """
@@ -81,7 +81,7 @@ def build_policy(meta: dict, env: gym.Env, allow_import: Iterable[str] = ()) -> 
     an :class:`ActorCritic`, or an off-policy agent (SAC, TD3, DQN) for ``kind: offpolicy``;
     an encoder of one's own is imported only from a module ``allow_import`` names."""
     if meta.get("kind") == "offpolicy":
-        from beyondfit.rl.agents import AGENTS
+        from beyondfit.rl.nets.agents import AGENTS
 
         options = dict(meta["agent"])
         agent = AGENTS[options.pop("kind", "actor_critic")]  # checked by check_policy
@@ -108,7 +108,7 @@ def build_policy(meta: dict, env: gym.Env, allow_import: Iterable[str] = ()) -> 
 def make_env(meta: dict, allow_import: Iterable[str] = (), **kwargs: object) -> gym.Env:
     """The env a policy was trained on, with the wrappers it was trained with.
 
-    ``meta`` must have passed :func:`~beyondfit.rl.policy_file.check_policy`: a ``module:``
+    ``meta`` must have passed :func:`~beyondfit.rl.evaluation.policy_file.check_policy`: a ``module:``
     env and wrappers of one's own are imported only when ``allow_import`` names their module.
     """
     meta = check_policy(meta, "the policy entry", allow_import)  # cheap; imports nothing

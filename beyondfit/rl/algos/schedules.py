@@ -2,7 +2,7 @@
 
 PPO implementations anneal linearly over the env-step budget (CleanRL's ``anneal_lr``, RL-Zoo's
 ``lin_3e-4``). Here a schedule is applied once per rollout, when the rollout has been collected
-and before its first update, from the collector's :attr:`~beyondfit.rl.collector.
+and before its first update, from the collector's :attr:`~beyondfit.rl.collect.onpolicy.
 RolloutCollector.progress` (the fraction of ``total_env_steps`` taken before that rollout). So
 every update of a rollout uses the same values, the first rollout the starting ones, and a
 resumed run computes the same values from the restored env-step count: the schedule has no state
@@ -21,7 +21,7 @@ from beyondfit.core.options import check_number
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
-    from beyondfit.rl.collector import RolloutCollector
+    from beyondfit.rl.collect.onpolicy import RolloutCollector
 
 
 def env_step_schedules(

@@ -6,7 +6,7 @@ settings that make the algorithm (rollout length, GAE lambda, epochs and minibat
 A loss of your own is a factory like these in your own module, picked with
 ``task.loss._target_=mymodule.my_loss`` or an ``algo`` config file of your own.
 
-What a loss may call on the policy (:class:`~beyondfit.rl.policies.ActorCritic`):
+What a loss may call on the policy (:class:`~beyondfit.rl.nets.policies.ActorCritic`):
 
 - ``policy(obs)``: logits (``Discrete`` actions) or Gaussian means (``Box``), ``(B, n)``;
 - ``policy.log_prob_entropy(obs, actions)``: ``(log_prob, entropy)``, each ``(B,)``;
@@ -17,7 +17,7 @@ What a loss may call on the policy (:class:`~beyondfit.rl.policies.ActorCritic`)
   the policy's encoder (the built-in losses use it when the policy has it: on frames the CNN
   then runs once per minibatch, not twice).
 
-What the batch holds: a :class:`~beyondfit.rl.collector.RolloutBatch` with ``obs``,
+What the batch holds: a :class:`~beyondfit.rl.collect.onpolicy.RolloutBatch` with ``obs``,
 ``actions``, ``old_log_prob``, ``old_values``, ``advantages`` and ``returns`` (see its docstring).
 
 The closure returns ``"loss"`` (what the engine differentiates) plus detached diagnostics, which
@@ -26,8 +26,8 @@ the engine logs as running means. Observations in the batch are the raw ones: a 
 
 Two optional attributes of the closure (``ppo_loss`` has both; a loss of your own may too):
 ``loss_fn.coefficients``, an object whose numeric attributes ``task.anneal`` may anneal by name
-(:mod:`beyondfit.rl.schedules`), and ``loss_fn.stop_epochs``, a ``() -> bool`` that the task
-hands the collector to end a rollout's epochs early (:mod:`beyondfit.rl.kl_stop`).
+(:mod:`beyondfit.rl.algos.schedules`), and ``loss_fn.stop_epochs``, a ``() -> bool`` that the task
+hands the collector to end a rollout's epochs early (:mod:`beyondfit.rl.algos.kl_stop`).
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.collector import RolloutBatch
-from beyondfit.rl.kl_stop import TargetKL
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.algos.kl_stop import TargetKL
+from beyondfit.rl.collect.onpolicy import RolloutBatch
+from beyondfit.rl.nets.policies import ActorCritic
 
 LossFn = Callable[[ActorCritic, RolloutBatch], dict[str, torch.Tensor]]
 
@@ -91,7 +91,7 @@ def clipped_value_loss(model: ActorCritic, batch: RolloutBatch, clip: float,
 @dataclass
 class PPOCoefficients:
     """PPO's adjustable settings, read at every call of the loss closure, so that schedules
-    (:class:`beyondfit.rl.schedules.EnvStepSchedules`) can change them between rollouts."""
+    (:class:`beyondfit.rl.algos.schedules.EnvStepSchedules`) can change them between rollouts."""
 
     clip_coef: float
     vf_coef: float
@@ -153,7 +153,7 @@ def ppo_loss(
         value_clip: clip the value update to this distance from the collection-time values
             (:func:`clipped_value_loss`); ``None``: plain regression.
         target_kl: stop a rollout's epochs early once their mean approximate KL exceeds this;
-            the closure then has ``loss_fn.stop_epochs`` (:class:`~beyondfit.rl.kl_stop.
+            the closure then has ``loss_fn.stop_epochs`` (:class:`~beyondfit.rl.algos.kl_stop.
             TargetKL`), which the collector must be given as its ``stop_epochs``.
     """
     if value_clip is not None and not (isinstance(value_clip, int | float) and value_clip > 0):

@@ -12,10 +12,10 @@ returns the episode's *final* observation; step ``t + 1`` then ignores its actio
 returns the first observation of the next episode with reward 0. That ``t + 1`` transition
 belongs to no episode and is never learned from (the ``valid`` mask). The final observation is
 still useful: the value computed at ``t + 1`` is exactly the bootstrap a truncated episode needs
-(see :mod:`beyondfit.rl.returns`).
+(see :mod:`beyondfit.rl.collect.returns`).
 
 Exact resume: a checkpoint holds what the next batch depends on, taken at any step: the
-envs' state (:class:`~beyondfit.rl.env_collector.EnvCollector`: each copy's observation,
+envs' state (:class:`~beyondfit.rl.collect.env_collector.EnvCollector`: each copy's observation,
 episode counters, and the RNG state its episode started from with the actions since, replayed
 on resume), the rollout being trained on with its epoch, its shuffle and the minibatches
 already yielded, the sampling generator, the reward scaling's running returns and the
@@ -35,11 +35,11 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.checks import check_fields, fail, is_count, is_real
-from beyondfit.rl import envs as env_api
-from beyondfit.rl.env_collector import EnvCollector
-from beyondfit.rl.normalization import batch_moments
-from beyondfit.rl.policies import ActorCritic
-from beyondfit.rl.returns import discounted_returns, gae_advantages
+from beyondfit.rl.collect.env_collector import EnvCollector
+from beyondfit.rl.collect.normalization import batch_moments
+from beyondfit.rl.collect.returns import discounted_returns, gae_advantages
+from beyondfit.rl.envs import vector as env_api
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 class RolloutBatch(NamedTuple):
@@ -124,13 +124,13 @@ class RolloutCollector(EnvCollector):
     discounted returns (``gae_lambda`` is then unused).
         stop_epochs: optional ``() -> bool`` asked after each epoch over a rollout; ``True``
             skips that rollout's remaining epochs (PPO's early stop at a target KL: see
-            :class:`beyondfit.rl.kl_stop.TargetKL`). Under several ranks it must answer the same
+            :class:`beyondfit.rl.algos.kl_stop.TargetKL`). Under several ranks it must answer the same
             on every rank.
         transitions: yield :class:`RolloutTransitions`: each transition's ``next_obs``,
             ``terminated`` and ``truncated`` besides (what a self-supervised term reads).
 
     Running normalization: when the policy has a ``normalizer``
-    (:class:`~beyondfit.rl.normalization.Normalizer`), the collector is the one place that
+    (:class:`~beyondfit.rl.collect.normalization.Normalizer`), the collector is the one place that
     updates it. Observation statistics change only *between* rollouts: a rollout's
     observations are folded in just before the next rollout starts, so the collection and
     every update of a rollout see the same normalization. Rewards are divided by the running

@@ -1,7 +1,7 @@
 """The encoder: what turns a raw observation into features, one part shared by every algorithm.
 
 Observations reach the networks as the env made them (uint8 frames, bool boards, float32
-vectors: :func:`~beyondfit.rl.envs.observation_converter` keeps the space's dtype), and become
+vectors: :func:`~beyondfit.rl.envs.vector.observation_converter` keeps the space's dtype), and become
 floats here, on the training device. A loss never calls an encoder itself: ``model.q(obs)``,
 ``model.critic(obs, a)``, ``model.actor(obs)`` and the policy's methods take raw observations.
 

@@ -1,6 +1,6 @@
 """A confirming evaluation: the return an RL run reports, measured on fresh episodes.
 
-The in-training evaluations (:class:`~beyondfit.rl.evaluate.GreedyEvaluator`, 20 episodes by
+The in-training evaluations (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`, 20 episodes by
 default) decide *when* to stop; a run that stops the first time one of them reaches the
 target has selected a lucky draw. So when the stop rule on ``val_return`` fires, and again
 when the budget runs out, :class:`ConfirmingEvaluation` runs a fresh set of greedy episodes
@@ -27,7 +27,7 @@ from beyondfit.core.logs import count
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
-    from beyondfit.rl.evaluate import GreedyEvaluator
+    from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
 
 log = logging.getLogger("beyondfit")
 

@@ -58,8 +58,8 @@ from beyondfit.core.options import check_number
 from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update
 from beyondfit.nets import mlp
-from beyondfit.rl.encoders import Pixels, channels_last, is_image
-from beyondfit.rl.replay import ReplayBatch
+from beyondfit.rl.nets.encoders import Pixels, channels_last, is_image
+from beyondfit.rl.replay.buffer import ReplayBatch
 
 #: A term's closure: ``aux(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
 Closure = Callable[[nn.Module, Any], Any]
@@ -123,7 +123,7 @@ ShiftedReplayBatch = NamedTuple("ShiftedReplayBatch", [
     ("obs_views", torch.Tensor),
     ("next_views", torch.Tensor),
 ])
-ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.ReplayBatch` as ``shift`` hands
+ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.buffer.ReplayBatch` as ``shift`` hands
     it on: ``obs`` and ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)``
     and ``next_views`` ``(k * B, ...)`` hold all of them, view-major (``dqn_loss`` averages over
     them; a loss that does not know them reads the first)."""

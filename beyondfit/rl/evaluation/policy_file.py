@@ -26,9 +26,9 @@ from beyondfit.core.errors import BeyondfitError
 #: The architecture keys the gym task writes (policy_gradient.build's ``architecture``).
 KEYS = ("env", "hidden", "activation", "log_std_init", "critic", "wrappers", "normalizer",
         "encoder", "env_kwargs", "critic_hidden")
-#: ``activation`` values :class:`~beyondfit.rl.policies.ActorCritic` builds.
+#: ``activation`` values :class:`~beyondfit.rl.nets.policies.ActorCritic` builds.
 ACTIVATIONS = ("relu", "tanh")
-#: :class:`~beyondfit.rl.normalization.Normalizer` options and their checks.
+#: :class:`~beyondfit.rl.collect.normalization.Normalizer` options and their checks.
 NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]] = {
     "observations": (bool, lambda v: True, "true or false"),
     "rewards": (bool, lambda v: True, "true or false"),
@@ -41,13 +41,13 @@ NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]
 REFUSED_WRAPPERS = frozenset({"RecordVideo"})
 #: The entries of an off-policy agent's description (SAC, TD3, DQN: ``kind: offpolicy``) and
 #: the options it may give: the agent's ``kind`` (``beyondfit.tasks.offpolicy.AGENTS``) and
-#: those of :class:`~beyondfit.rl.agents.OffPolicyAgent` or :class:`~beyondfit.rl.agents.QAgent`.
+#: those of :class:`~beyondfit.rl.nets.agents.OffPolicyAgent` or :class:`~beyondfit.rl.nets.agents.QAgent`.
 AGENT_KEYS = ("kind", "env", "wrappers", "agent", "env_kwargs")
 AGENT_KINDS = ("actor_critic", "q")
 AGENT_OPTIONS = ("kind", "actor", "hidden", "critic_hidden", "critics", "init_alpha",
                  "exploration_noise", "log_std", "activation", "exploration_fraction",
                  "exploration_initial_eps", "exploration_final_eps", "encoder")
-#: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.agents.LOG_STD_RANGES`' names).
+#: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.nets.agents.LOG_STD_RANGES`' names).
 _LOG_STD_MODES = ("tanh", "clamp")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
 _MAX_LAYERS, _MAX_WIDTH = 64, 1 << 20
@@ -65,7 +65,7 @@ def gymnasium_wrappers() -> dict[str, type]:
     ``vars()``, not ``getattr``: Gymnasium imports its jax/torch converters lazily on access,
     and play imports nothing for a file.
     """
-    from beyondfit.rl.suites import ClipRewardSign, EpisodicLife, FireReset
+    from beyondfit.rl.envs.suites import ClipRewardSign, EpisodicLife, FireReset
 
     # The package's own Atari wrappers (conf/task/atari.yaml) are as safe to build as these.
     found = {f"{cls.__module__}.{cls.__qualname__}": cls
@@ -252,11 +252,11 @@ def wrapper_factory(
 
 def encoder_factory(entry: Any, where: str, source: str, allowed: Iterable[str] = (),
                     check_only: bool = False) -> Any:  # fmt: skip
-    """The encoder a saved entry names: a built-in's name (:data:`~beyondfit.rl.encoders.
+    """The encoder a saved entry names: a built-in's name (:data:`~beyondfit.rl.nets.encoders.
     ENCODERS`) as it is, or ``{"_target_": "module.function", OPTION: VALUE}`` (a factory of
     your own and its literal options), imported only from a module the user allowed
     (``--allow-import``)."""
-    from beyondfit.rl.encoders import ENCODERS
+    from beyondfit.rl.nets.encoders import ENCODERS
 
     if isinstance(entry, str) and entry in ENCODERS:
         return entry

@@ -3,7 +3,7 @@
 Each env step acts in a Gymnasium vector env with the agent's own exploration rule
 (``agent.explore``: SAC's sample, TD3's noise, DQN's epsilon-greedy; uniformly random actions
 for the first ``learning_starts`` env steps), stores the transitions in a
-:class:`~beyondfit.rl.replay.ReplayBuffer` on the training device (each field in its own dtype;
+:class:`~beyondfit.rl.replay.buffer.ReplayBuffer` on the training device (each field in its own dtype;
 the frames of image observations once each, uint8 frames as uint8), and then yields as many
 minibatches as the update-to-data ratio owes: after ``e`` env steps, ``floor(ratio * (e -
 learning_starts))`` minibatches in all, or with RL-Zoo's ``train_freq``/``gradient_steps``,
@@ -44,11 +44,11 @@ from gymnasium.vector import VectorEnv
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.state.checks import is_count, is_real
-from beyondfit.rl.actions import DiscreteActions, action_columns
-from beyondfit.rl.env_collector import EnvCollector
-from beyondfit.rl.envs import observation_converter, reported_episodes
-from beyondfit.rl.replay import ReplayBatch, ReplayBuffer
-from beyondfit.rl.update_ratio import check_ratio, owed, too_short
+from beyondfit.rl.collect.env_collector import EnvCollector
+from beyondfit.rl.collect.update_ratio import check_ratio, owed, too_short
+from beyondfit.rl.envs.actions import DiscreteActions, action_columns
+from beyondfit.rl.envs.vector import observation_converter, reported_episodes
+from beyondfit.rl.replay.buffer import ReplayBatch, ReplayBuffer
 
 log = logging.getLogger("beyondfit.rl")
 
@@ -66,7 +66,7 @@ class ExploringAgent(Protocol):
 
 
 class ReplayCollector(EnvCollector):
-    """Iterable of :class:`~beyondfit.rl.replay.ReplayBatch` minibatches, collected as it goes.
+    """Iterable of :class:`~beyondfit.rl.replay.buffer.ReplayBatch` minibatches, collected as it goes.
 
     Args:
         envs: a Gymnasium vector env with next-step autoreset (:func:`make_vector_env`);
@@ -87,7 +87,7 @@ class ReplayCollector(EnvCollector):
             (random actions, exploration noise, minibatch sampling).
         save_buffer: put the buffer's contents in checkpoints (``False`` for a buffer too large to
             save: a resume then starts from an empty buffer and says so in one line).
-        n_step: rewards each sampled transition sums (:class:`~beyondfit.rl.replay.ReplayBatch`
+        n_step: rewards each sampled transition sums (:class:`~beyondfit.rl.replay.buffer.ReplayBatch`
             ``discount``); 1: one-step transitions.
         gamma: the discount of those sums (the task's ``gamma``).
     """
@@ -271,9 +271,9 @@ def _key(name: str) -> str:
 
 # ---------------------------------------------------------------- what a saved state must be
 # What a replay collector's saved state must be for this run to continue from it.
-# :meth:`~beyondfit.rl.offpolicy.ReplayCollector.load_state_dict` calls
+# :meth:`~beyondfit.rl.collect.offpolicy.ReplayCollector.load_state_dict` calls
 # :func:`check_replay_state` before it changes anything (the buffer checks its own fields against
-# the spaces: :class:`~beyondfit.rl.replay.ReplayBuffer`'s ``load_state_dict``): the counters
+# the spaces: :class:`~beyondfit.rl.replay.buffer.ReplayBuffer`'s ``load_state_dict``): the counters
 # within the run's budget (the buffer's transitions among them), a list per env copy of the
 # run's number of envs, generator and env RNG states its generators take, replayed actions its
 # action space holds. What fails is one line naming the entry; the engine's restore puts every

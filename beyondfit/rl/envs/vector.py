@@ -13,9 +13,9 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl import envpool_atari  # envpool itself is imported only when a pool is made
-from beyondfit.rl.policies import check_spaces
-from beyondfit.rl.suites import register_family
+from beyondfit.rl.envs import envpool_atari  # envpool itself is imported only when a pool is made
+from beyondfit.rl.envs.suites import register_family
+from beyondfit.rl.nets.policies import check_spaces
 
 log = logging.getLogger("beyondfit.rl")
 
@@ -101,7 +101,7 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
     (``SyncVectorEnv``: the copies stepped in turn in this process), ``async``
     (``AsyncVectorEnv``: one subprocess per copy, for envs slow enough to pay for the pipes on
     a machine with cores to spare), or ``envpool`` (Atari only: envpool's C++ threads with the
-    wrappers read as its own options, :mod:`beyondfit.rl.envpool_atari`). ``pool``: whether
+    wrappers read as its own options, :mod:`beyondfit.rl.envs.envpool_atari`). ``pool``: whether
     ``auto`` may pick envpool (the greedy evaluation keeps Gymnasium's wrappers: each of its
     copies plays one whole game from a real reset, the reference preprocessing).
 

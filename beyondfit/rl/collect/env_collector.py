@@ -1,6 +1,6 @@
 """What every RL collector does the same way, written once: the on-policy
-:class:`~beyondfit.rl.collector.RolloutCollector` and the off-policy
-:class:`~beyondfit.rl.offpolicy.ReplayCollector` both step a vector env into batches.
+:class:`~beyondfit.rl.collect.onpolicy.RolloutCollector` and the off-policy
+:class:`~beyondfit.rl.collect.offpolicy.ReplayCollector` both step a vector env into batches.
 
 - **Sharding** over data-parallel ranks: each rank its own seed (:func:`rank_seed`) and an equal
   share of the env-step budget (and of whatever else a collector lists in ``split``).
@@ -16,7 +16,7 @@
   classic-control, Box2D and MuJoCo envs, MinAtar's games: their own ``RandomState`` and last
   action are kept too; Atari: the ALE's own generator, which draws v5's sticky actions, is
   kept with its state, ``cloneState(include_rng=True)``). Where a wrapper ends the learner's
-  episode while the game goes on (:class:`~beyondfit.rl.suites.EpisodicLife`: a lost life,
+  episode while the game goes on (:class:`~beyondfit.rl.envs.suites.EpisodicLife`: a lost life,
   said by its ``game_goes_on``), the unit replayed is the game: the earlier lives' actions
   are kept too, and the rebuild resets between them as the vector env did. Envs in other
   processes (``AsyncVectorEnv``) cannot be replayed: a resume then starts fresh episodes and
@@ -366,7 +366,7 @@ def _joined(chunks: list[np.ndarray]) -> torch.Tensor | None:
 
 def _game_goes_on(env: Any) -> bool:
     """Whether ``env`` (one copy, wrapped) ended its last episode while its game goes on: a
-    wrapper's ``game_goes_on`` says so (:class:`~beyondfit.rl.suites.EpisodicLife`'s lost
+    wrapper's ``game_goes_on`` says so (:class:`~beyondfit.rl.envs.suites.EpisodicLife`'s lost
     life); no wrapper saying so means an episode is a game."""
     try:
         return bool(env.get_wrapper_attr("game_goes_on"))

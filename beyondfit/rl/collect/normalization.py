@@ -13,7 +13,7 @@ the greedy evaluator, and nobody has to remember to wrap the evaluation env the 
   ``forward``: ``(obs - mean) / sqrt(var + eps)``, clipped) and the moments of the discounted
   return (rewards are divided by its standard deviation, SB3's ``norm_reward``).
 
-Who updates what, and when, is the collector's business (:mod:`beyondfit.rl.collector`): only
+Who updates what, and when, is the collector's business (:mod:`beyondfit.rl.collect.onpolicy`): only
 during collection, never in evaluation, and observations only between rollouts, so that a rollout
 and every update on it see one fixed normalization (PPO's ratio then compares like with like).
 """

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
-from beyondfit.rl.envs import WrapperFn, env_error, greedy_policy, make_vector_env
-from beyondfit.rl.policies import ActorCritic
+from beyondfit.rl.envs.vector import WrapperFn, env_error, greedy_policy, make_vector_env
+from beyondfit.rl.nets.policies import ActorCritic
 
 
 class GreedyEvaluator:
