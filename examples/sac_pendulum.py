@@ -6,15 +6,15 @@ script shows the pieces, each from the package, put together by hand:
 - the agent (:class:`~beyondfit.rl.nets.agents.OffPolicyAgent`): a tanh-squashed Gaussian actor,
   twin Q critics evaluated as one batched ensemble, a slow target copy of the critics
   (:class:`~beyondfit.SlowCopy`) and the log of the entropy temperature;
-- the data (:class:`~beyondfit.rl.collect.offpolicy.ReplayCollector`): an iterable of minibatches that
-  steps the env with the current actor (random actions for ``learning_starts`` steps), stores
+- the data (:class:`~beyondfit.rl.collect.offpolicy.ReplayCollector`): an iterable of minibatches
+  that steps the env with the current actor (random actions for ``learning_starts`` steps), stores
   the transitions and samples from them;
 - the algorithm (:func:`~beyondfit.rl.algos.offpolicy.sac_loss`): three declared updates,
   each a closure that is the loss of its own optimizer, stepped in order on every minibatch by
   one :class:`~beyondfit.Engine`; the target critics it declares follow the critic's optimizer
   right after each of its steps (``after_step``);
-- the evaluation (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`): greedy episodes on envs
-  kept apart from training.
+- the evaluation (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`): greedy episodes on
+  envs kept apart from training.
 
 Hyperparameters are RL-Zoo's for Pendulum-v1 (SB3's defaults with lr 1e-3).
 

@@ -3,8 +3,8 @@
 A run's *result* is the model it ends with, scored once: for a supervised run with early
 stopping the restored best weights' validation values (not the last epoch's, ten epochs of
 patience later), for an RL run its confirming evaluation on fresh episodes
-(:class:`beyondfit.rl.evaluation.confirm.ConfirmingEvaluation`), otherwise the last evaluation. The run
-prints it, writes it here (atomically, after every other file of the run), and
+(:class:`beyondfit.rl.evaluation.confirm.ConfirmingEvaluation`), otherwise the last evaluation. The
+run prints it, writes it here (atomically, after every other file of the run), and
 ``python -m beyondfit.compare``, a search's objective and the trackers report it. The
 training-time curve stays in ``metrics.jsonl``.
 

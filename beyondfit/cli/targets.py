@@ -33,6 +33,35 @@ from beyondfit.core.errors import BeyondfitError
 
 log = logging.getLogger("beyondfit")
 
+#: The modules of ``beyondfit.rl`` before it was grouped by concept, and where each went: a
+#: config of one's own that names an old path is told the new one.
+MOVED_RL_MODULES = {
+    "actions": "envs.actions",
+    "envs": "envs.vector",
+    "suites": "envs.suites",
+    "envpool_atari": "envs.envpool_atari",
+    "env_collector": "collect.env_collector",
+    "collector": "collect.onpolicy",
+    "offpolicy": "collect.offpolicy",
+    "returns": "collect.returns",
+    "normalization": "collect.normalization",
+    "update_ratio": "collect.update_ratio",
+    "replay": "replay.buffer",
+    "encoders": "nets.encoders",
+    "agents": "nets.agents",
+    "policies": "nets.policies",
+    "losses": "algos.onpolicy",
+    "offpolicy_losses": "algos.offpolicy",
+    "algorithm": "algos.algorithm",
+    "auxiliary": "algos.auxiliary",
+    "kl_stop": "algos.kl_stop",
+    "schedules": "algos.schedules",
+    "evaluate": "evaluation.evaluator",
+    "confirm": "evaluation.confirm",
+    "play": "evaluation.play",
+    "policy_file": "evaluation.policy_file",
+}
+
 #: Hydra's own keys in a node with ``_target_``: never options of the target.
 _HYDRA_KEYS = ("_target_", "_partial_", "_recursive_", "_convert_", "_args_")
 
@@ -60,7 +89,12 @@ def locate(path: str, key: str) -> Any:
             continue
         sub = _import(f"{owner}.{attr}", path, key) if inspect.ismodule(obj) else None
         if sub is None:
-            raise BeyondfitError(f"{key}._target_={path!r}: {owner} has no attribute {attr!r}")
+            moved = MOVED_RL_MODULES.get(attr) if owner == "beyondfit.rl" else None
+            hint = "" if moved is None else (
+                f"; beyondfit.rl.{attr} moved to beyondfit.rl.{moved}: write "
+                f"{key}._target_={path.replace(f'rl.{attr}', f'rl.{moved}', 1)}")
+            raise BeyondfitError(
+                f"{key}._target_={path!r}: {owner} has no attribute {attr!r}{hint}")
         obj = sub
     if not callable(obj):
         raise BeyondfitError(f"{key}._target_={path!r} is a {type(obj).__name__}, not callable")

@@ -24,11 +24,13 @@ from beyondfit import Task
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.rl.algos.algorithm import OffPolicyUpdate, engine_updates
+from beyondfit.rl.algos.augmentation import resolve as resolve_augment
 from beyondfit.rl.algos.auxiliary import resolve as resolve_aux
 from beyondfit.rl.collect.offpolicy import ReplayCollector
 from beyondfit.rl.envs.vector import WrapperFn, make_vector_env
 from beyondfit.rl.nets.agents import AGENTS
 from beyondfit.rl.nets.encoders import describe_encoder
+from beyondfit.rl.nets.heads import describe_head
 from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
 
 #: ``task.replay`` options and their defaults (SB3's; the tuned values live in conf/algo).
@@ -68,6 +70,8 @@ def build(
     vectorization: str = "auto",
     aux: Sequence[Any] = (),
     aux_options: Mapping[str, Any] | None = None,
+    augment: Sequence[Any] = (),
+    eval_epsilon: float = 0.0,
     **policy_gradient: Any,
 ) -> Task:
     """Build the off-policy task: agent, replay collector, the updates the loss declares.
@@ -84,6 +88,9 @@ def build(
             confirm_episodes, encoder, env_kwargs, vectorization, aux, aux_options: as for
             :func:`beyondfit.tasks.policy_gradient.build` (the encoder inside the Q network
             or the critic; the copies stepped here: ``async``, ``envpool`` refused).
+        augment: transforms of every sampled minibatch before the losses read it
+            (:mod:`beyondfit.rl.algos.augmentation`: ``shift``, ``intensity``, your own).
+        eval_epsilon: the evaluations' chance of a random action (DQN; 0: greedy).
         gamma, hidden, activation, normalize, log_std_init: the task's; the algo files hand
             the first three on (``task.agent.hidden``). ``normalize`` and the policy-gradient
             policy's options (``critic_hidden``, ``init``) must be off.
@@ -101,12 +108,13 @@ def build(
         auxiliary = resolve_aux(aux, aux_options, *_spaces(envs))
         updates, added = engine_updates(model, loss, optimizers, auxiliary)  # one optimizer each
         data = ReplayCollector(envs, model, total_env_steps=total_env_steps, seed=seed,
-                               gamma=gamma, **settings)
+                               gamma=gamma, augment=resolve_augment(augment, _spaces(envs)[0]),
+                               **settings)
         return rl_task(model, updates, data, described, env=env, wrappers=wrappers, seed=seed,
                        eval_every=max(1, round(eval_every_env_steps * data.update_ratio)),
                        eval_episodes=eval_episodes, target_return=target_return,
                        confirm_episodes=confirm_episodes, started=started, leave_out=added,
-                       env_kwargs=env_kwargs)
+                       env_kwargs=env_kwargs, eval_epsilon=eval_epsilon)
     except BaseException:
         envs.close()
         raise
@@ -155,12 +163,18 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
     run's length) becomes the ``exploration_fraction`` of this run."""
     options = dict(agent or {})
     options.setdefault("encoder", encoder)
-    if (steps := options.pop("exploration_steps", None)) is not None:
+    for key, fraction, bound in (("exploration_steps", "exploration_fraction", "above"),
+                                 ("exploration_start_steps", "exploration_start", "at_least")):
+        if (steps := options.pop(key, None)) is None:
+            continue
         if options.get("kind", "actor_critic") != "q":
-            raise BeyondfitError("task.agent.exploration_steps is DQN's epsilon schedule "
+            raise BeyondfitError(f"task.agent.{key} is DQN's epsilon schedule "
                                  "(task.agent.kind=q); this agent explores with noise")
-        steps = check_number("task.agent.exploration_steps", steps, above=0)
-        options["exploration_fraction"] = min(1.0, steps / total_env_steps)
+        steps = check_number(f"task.agent.{key}", steps, **{bound: 0})
+        options[fraction] = min(1.0, steps / total_env_steps)
+    if options.get("exploration_start", 0.0) >= 1.0:
+        raise BeyondfitError(f"task.agent.exploration_start_steps is at or past "
+                             f"task.total_env_steps={total_env_steps}: epsilon would never fall")
     kind = options.pop("kind", "actor_critic")
     if kind not in AGENTS:
         raise BeyondfitError(f"unknown task.agent.kind={kind!r}; choose one of "
@@ -170,6 +184,8 @@ def _agent(agent: Mapping[str, Any] | None, envs: Any, encoder: Any, env: str,
     except TypeError as exc:
         raise BeyondfitError(f"task.agent options are invalid: {exc}") from None
     options["encoder"] = describe_encoder(options["encoder"])
+    if "head" in options:
+        options["head"] = describe_head(options["head"])
     return model, {"kind": "offpolicy", "env": env, "wrappers": describe_wrappers(wrappers),
                    "agent": _plain({"kind": kind, **options}),
                    "env_kwargs": dict(env_kwargs or {})}

@@ -77,12 +77,13 @@ def build(
 
     Args:
         loss: the algorithm, a closure ``loss(policy, batch)`` over a
-            :class:`~beyondfit.rl.collect.onpolicy.RolloutBatch` (see :mod:`beyondfit.rl.algos.onpolicy` for
-            what it may call on the policy); in the config ``task.loss`` names its factory.
+            :class:`~beyondfit.rl.collect.onpolicy.RolloutBatch` (see
+            :mod:`beyondfit.rl.algos.onpolicy` for what it may call on the policy); in the
+            config ``task.loss`` names its factory.
         env: Gymnasium env id, or ``module:EnvId`` to import the module that registers it;
             observations must be a ``Box``, actions ``Discrete`` or ``Box``.
-        wrappers: wrapper factories (``env -> env``) applied in order to every env copy, for
-            training and evaluation alike; in the config each is
+        wrappers: wrapper factories (``env -> env``) applied in order to every env copy,
+            for training and evaluation alike; in the config each is
             ``{_target_: WRAPPER_CLASS, _partial_: true, ...options}``.
         seed: seeds the training envs (``seed``), the evaluation envs (``seed + 10_000``) and
             the collector's sampling generator. Weights follow the global seed.
@@ -105,14 +106,15 @@ def build(
         eval_every_env_steps: env steps between greedy evaluations (rounded to whole rollouts).
         eval_episodes: greedy episodes per evaluation.
         confirm_episodes: fresh greedy episodes of the confirming evaluation
-            (:mod:`beyondfit.rl.evaluation.confirm`), run when the stop rule fires and at the end: their
-            mean is the run's reported return, and "solved" means it reaches the target; 0:
+            (:mod:`beyondfit.rl.evaluation.confirm`), run when the stop rule fires and at the end:
+            their mean is the run's reported return, and "solved" means it reaches the target; 0:
             none (the last in-training evaluation is reported, unconfirmed).
         target_return: what counts as solved in the summary line (and the usual stop rule);
             ``None``: the env's registered ``reward_threshold``, if any.
-        normalize: running normalization inside the policy (:mod:`beyondfit.rl.collect.normalization`):
-            ``true`` for observations and rewards, or a mapping (``observations``, ``rewards``,
-            ``clip``, ``epsilon``); ``null``/``false`` for none.
+        normalize: running normalization inside the policy
+            (:mod:`beyondfit.rl.collect.normalization`): ``true`` for observations and rewards,
+            or a mapping (``observations``, ``rewards``, ``clip``, ``epsilon``);
+            ``null``/``false`` for none.
         anneal: linear schedules over ``total_env_steps`` (:mod:`beyondfit.rl.algos.schedules`):
             ``lr`` is the final learning rate as a fraction of ``optimizer.lr`` (0.0 anneals to
             zero; ``null`` keeps it constant), ``ent_coef`` and ``clip_coef`` (PPO) the final

@@ -69,21 +69,23 @@ def rl_task(
     callbacks: Sequence[Callback] = (),
     leave_out: Sequence[str] = (),
     env_kwargs: Mapping[str, Any] | None = None,
+    eval_epsilon: float = 0.0,
 ) -> Task:
     """The :class:`~beyondfit.Task` of an RL algorithm: what every RL task does around it.
 
     It evaluates greedily every ``eval_every`` optimizer steps on its own envs (seeds from
     ``seed + 10_000``), times the training (the summary line's training time) and, with
     ``confirm_episodes``, confirms the score on that many fresh greedy episodes
-    (:class:`~beyondfit.rl.evaluation.confirm.ConfirmingEvaluation`, against ``target_return``, by default
-    the env's registered ``reward_threshold``). Its ``finish`` closes the envs (collector,
+    (:class:`~beyondfit.rl.evaluation.confirm.ConfirmingEvaluation`, against ``target_return``, by
+    default the env's registered ``reward_threshold``). Its ``finish`` closes the envs (collector,
     evaluator, confirming evaluation), then :func:`save_and_report` the model's weights (but
     the submodules and parameters named in ``leave_out``: training's alone, such as target
-    copies) and ``description``.
+    copies) and ``description``. ``eval_epsilon``: both evaluations act epsilon-greedy with
+    that chance of a random action (``task.eval_epsilon``: the Atari 100k protocol's 0.001).
     """
     evaluator = GreedyEvaluator(env, eval_episodes, seed=seed + 10_000,
                                 progress=lambda: data.env_steps, wrappers=wrappers,
-                                env_kwargs=env_kwargs)
+                                env_kwargs=env_kwargs, epsilon=eval_epsilon)
     if target_return is None:
         target_return = env_spec(env).reward_threshold
     stopwatch = Stopwatch()
@@ -91,7 +93,7 @@ def rl_task(
     if confirm_episodes:
         confirm = ConfirmingEvaluation(lambda n: GreedyEvaluator(
                                            env, n, wrappers=wrappers, env_kwargs=env_kwargs,
-                                           key="task.confirm_episodes"),
+                                           key="task.confirm_episodes", epsilon=eval_epsilon),
                                        confirm_episodes, seed, target_return)
 
     def finish(engine: Engine, run_dir: Path) -> list[str]:
@@ -104,7 +106,7 @@ def rl_task(
                    if key.split(".", 1)[0] not in leave_out}
         return save_and_report(run_dir, weights, description, engine, env,
                                target_return, eval_episodes, data.env_steps, started,
-                               stopwatch=stopwatch, confirm=confirm)
+                               stopwatch=stopwatch, confirm=confirm, policy=evaluator.policy)
 
     ending = [stopwatch] if confirm is None else [stopwatch, confirm]
     return Task(model=model, loss_fn=loss_fn, train_data=data, val_data=evaluator,
@@ -114,7 +116,8 @@ def rl_task(
 def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapping[str, Any],
                     engine: Engine, env: str, target_return: float | None, eval_episodes: int,
                     env_steps: int, started: float, *, stopwatch: Stopwatch | None = None,
-                    confirm: ConfirmingEvaluation | None = None) -> list[str]:  # fmt: skip
+                    confirm: ConfirmingEvaluation | None = None,
+                    policy: str = "greedy") -> list[str]:  # fmt: skip
     """Write ``policy.pt`` and ``policy.json``; the RL tasks' closing lines (solved or not).
 
     With a confirming evaluation the reported return is its mean over fresh episodes, the
@@ -135,11 +138,11 @@ def save_and_report(run_dir: Path, weights: Mapping[str, Any], description: Mapp
     wanted = "" if target_return is None else f" (target {target_return:g})"
     if confirm is not None and confirm.training:
         during = confirm.training.get("val_return", float("nan"))
-        how = (f"confirming evaluation: greedy val_return {shown}{wanted} over "
+        how = (f"confirming evaluation: {policy} val_return {shown}{wanted} over "
                f"{count(confirm.episodes, 'fresh episode')} (training-time evaluation "
                f"{during:.1f} over {eval_episodes})")
     else:
-        how = (f"greedy val_return {shown}{wanted} over {count(eval_episodes, 'episode')} "
+        how = (f"{policy} val_return {shown}{wanted} over {count(eval_episodes, 'episode')} "
                "(unconfirmed)")
     total = time.perf_counter() - started
     timing = (f"{total:.1f}s wall" if stopwatch is None else

@@ -1,6 +1,7 @@
-"""An Atari copy rebuilt on resume is the game it continues (``beyondfit/rl/collect/env_collector.py``):
-v5's sticky actions draw from the ALE's own generator, kept with the ALE's state, and a lost
-life (``EpisodicLife``) is replayed from the game's real start, not from the life's.
+"""An Atari copy rebuilt on resume is the game it continues
+(``beyondfit/rl/collect/env_collector.py``): v5's sticky actions draw from the ALE's own generator,
+kept with the ALE's state, and a lost life (``EpisodicLife``) is replayed from the game's real
+start, not from the life's.
 
 Each test runs a collector with the task's own wrappers (sticky actions 0.25, no-op starts,
 ``EpisodicLife``, FIRE, 4 stacked frames), checkpoints it at steps that fall inside a life,

@@ -163,7 +163,7 @@ def _dqn_engine(aux):
     agent = _q_agent()
     del agent.q_target
     auxiliary = resolve(aux, None, BOARD, ACTIONS)
-    updates, added = engine_updates(agent, dqn_loss(gamma=0.9, target_every=1), None, auxiliary)
+    updates, added = engine_updates(agent, dqn_loss(gamma=0.9, target_every=2), None, auxiliary)
     engine = Engine(agent, updates, lambda p: torch.optim.Adam(p, 1e-3), device="cpu",
                     log_every=1)
     return agent, engine, added

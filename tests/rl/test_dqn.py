@@ -343,3 +343,34 @@ def test_algo_dqn_solves_cartpole_confirmed_on_100_fresh_episodes(tmp_path: Path
     assert done.returncode == 0, done.stderr[-2000:]
     record = __import__("json").loads((run / "result.json").read_text())
     assert record["solved"] and record["confirming_evaluation"]["episodes"] == 100
+
+
+def test_epsilon_holds_through_the_random_steps_then_falls_from_exploration_start() -> None:
+    agent = QAgent(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3),
+                   exploration_start=0.016, exploration_fraction=0.05,
+                   exploration_initial_eps=1.0, exploration_final_eps=0.01)
+    # DrQ(eps) over 100k env steps: 1 through step 1,600, 0.01 from step 6,600 on
+    assert agent.epsilon(0.0) == agent.epsilon(0.016) == 1.0
+    assert agent.epsilon(0.041) == pytest.approx(1.0 - 0.99 * 0.5)
+    assert agent.epsilon(0.066) == pytest.approx(0.01) == agent.epsilon(0.5)
+    with pytest.raises(BeyondfitError, match=r"task\.agent\.exploration_start"):
+        QAgent(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3),
+               exploration_start=-0.1)
+
+
+def test_a_target_copied_after_every_update_is_the_online_network_itself() -> None:
+    torch.manual_seed(0)
+    agent = QAgent(gym.spaces.Box(-1, 1, (2,), np.float32), gym.spaces.Discrete(3),
+                   hidden=[8], head="dueling")
+    g = torch.Generator().manual_seed(1)
+    batch = ReplayBatch(torch.randn(16, 2, generator=g), torch.randint(3, (16,), generator=g),
+                        torch.randn(16, generator=g), torch.randn(16, 2, generator=g),
+                        (torch.rand(16, generator=g) < 0.2).float(), torch.zeros(16),
+                        torch.full((16,), 0.9**3), None)
+    (online,) = dqn_loss(gamma=0.9, double=True, target_every=1)
+    assert online.target is None  # no copy kept: it would equal the online network
+    (copied,) = dqn_loss(gamma=0.9, double=True, target_every=2)
+    agent.q_target = SlowCopy(agent.q, rate=1.0)  # a copy as it stands after an update
+    for out in (online.loss(agent, batch), copied.loss(agent, batch)):
+        assert set(out) == {"loss", "q"}
+    assert torch.equal(online.loss(agent, batch)["loss"], copied.loss(agent, batch)["loss"])

@@ -1,5 +1,5 @@
-"""Episode statistics (``beyondfit/rl/collect/env_collector.py``): sums per log row, and the episodes an
-env reports one by one (``RecordEpisodeStatistics``) with the mean of the last 100."""
+"""Episode statistics (``beyondfit/rl/collect/env_collector.py``): sums per log row, and the
+episodes an env reports one by one (``RecordEpisodeStatistics``) with the mean of the last 100."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The replay buffer (``beyondfit/rl/replay/buffer.py``): each field in its own dtype, each frame of an
-image observation stored once, and bitwise what a plain per-transition copy would hand out.
+"""The replay buffer (``beyondfit/rl/replay/buffer.py``): each field in its own dtype, each frame
+of an image observation stored once, and bitwise what a plain per-transition copy would hand out.
 
 The frame-once buffer is checked against :class:`Naive` (every transition copied whole) on the
 same random transitions of several interleaved env copies, with next-step autoresets, episodes
@@ -25,9 +25,9 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.serialization import atomic_save, safe_load
-from beyondfit.rl import replay
 from beyondfit.rl.collect.offpolicy import ReplayCollector
 from beyondfit.rl.envs.vector import make_vector_env
+from beyondfit.rl.replay import buffer as replay
 from beyondfit.rl.replay.buffer import ReplayBatch, ReplayBuffer, replay_bytes
 
 # the fields every transition has (``discount``, ``one_step_obs``: n-step batches, tested apart)

@@ -58,7 +58,9 @@ from beyondfit.core.options import check_number
 from beyondfit.core.target import SlowCopy
 from beyondfit.core.update import Update
 from beyondfit.nets import mlp
-from beyondfit.rl.nets.encoders import Pixels, channels_last, is_image
+from beyondfit.rl.algos.augmentation import random_shift, shift_pad
+from beyondfit.rl.envs.spaces import is_image
+from beyondfit.rl.nets.encoders import Pixels
 from beyondfit.rl.replay.buffer import ReplayBatch
 
 #: A term's closure: ``aux(model, batch) -> scalar tensor or {"loss": ..., logged values}``.
@@ -123,37 +125,12 @@ ShiftedReplayBatch = NamedTuple("ShiftedReplayBatch", [
     ("obs_views", torch.Tensor),
     ("next_views", torch.Tensor),
 ])
-ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.buffer.ReplayBatch` as ``shift`` hands
-    it on: ``obs`` and ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)``
+ShiftedReplayBatch.__doc__ = """A :class:`~beyondfit.rl.replay.buffer.ReplayBatch` as ``shift``
+    hands it on: ``obs`` and ``next_obs`` are the first shifted view; ``obs_views`` ``(m * B, ...)``
     and ``next_views`` ``(k * B, ...)`` hold all of them, view-major (``dqn_loss`` averages over
     them; a loss that does not know them reads the first)."""
 
 
-def shift_pad(space: gym.Space) -> int:
-    """``task.aux_options.shift.pad=auto``: DrQ's 4 pixels of an 84-pixel frame, in proportion
-    to the image's height, at least 1 (a MinAtar board of 10 shifts by 1: 4 would move it by
-    40% and wash out what the agent must see)."""
-    shape = tuple(space.shape)
-    height = shape[0] if channels_last(shape) or len(shape) == 2 else shape[-2]
-    return max(1, round(4 * height / 84))
-
-
-def random_shift(obs: torch.Tensor, pad: int = 4) -> torch.Tensor:
-    """Each image of ``obs`` padded by ``pad`` pixels that repeat its border (replicate
-    padding), then cropped back to its size at an offset drawn uniformly in ``[0, 2 pad]`` per
-    image and axis: DrQ's augmentation, as one gather, in the batch's own dtype and layout
-    (``(B, H, W)``, ``(B, C, H, W)`` or channels-last ``(B, H, W, C)``)."""
-    if pad == 0:
-        return obs
-    last = obs.dim() == 4 and channels_last(tuple(obs.shape[1:]))
-    x = obs.permute(0, 2, 3, 1) if obs.dim() == 4 and not last else obs  # (B, H, W[, C])
-    b, h, w = x.shape[:3]
-    offsets = torch.randint(0, 2 * pad + 1, (b, 2), device=obs.device)
-    rows = (torch.arange(h, device=obs.device) + offsets[:, :1] - pad).clamp(0, h - 1)
-    cols = (torch.arange(w, device=obs.device) + offsets[:, 1:] - pad).clamp(0, w - 1)
-    index = torch.arange(b, device=obs.device)[:, None, None]
-    out = x[index, rows[:, :, None], cols[:, None, :]]
-    return out.permute(0, 3, 1, 2) if obs.dim() == 4 and not last else out
 
 
 def shifted(batch: Any, shift: Shift) -> Any:

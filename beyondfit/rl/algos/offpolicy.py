@@ -1,14 +1,15 @@
 """Off-policy algorithms, each a factory that declares its updates (one per optimizer).
 
 A factory (``sac_loss(gamma=0.99)``) returns a list of
-:class:`~beyondfit.rl.algos.algorithm.OffPolicyUpdate`: each a closure ``loss(model, batch)`` over the
-agent (:class:`~beyondfit.rl.nets.agents.OffPolicyAgent`, or :class:`~beyondfit.rl.nets.agents.QAgent` for
-DQN) and a :class:`~beyondfit.rl.replay.buffer.ReplayBatch`, the part of the agent its optimizer trains,
-its step ratio and the target copy that follows it; the engine steps them in the list's order on
-every minibatch. Read each factory's ``return`` for the whole algorithm's optimizers. A loss of
-your own is a factory like these in your own module (``task.loss._target_=mymodule.my_loss``);
-each closure's backward reaches its own optimizer's parameters only, so an actor loss may run the
-critic freely.
+:class:`~beyondfit.rl.algos.algorithm.OffPolicyUpdate`: each a closure ``loss(model, batch)`` over
+the agent (:class:`~beyondfit.rl.nets.agents.OffPolicyAgent`, or
+:class:`~beyondfit.rl.nets.agents.QAgent` for DQN) and a
+:class:`~beyondfit.rl.replay.buffer.ReplayBatch`, the part of the agent its optimizer trains, its
+step ratio and the target copy that follows it; the engine steps them in the list's order on every
+minibatch. Read each factory's ``return`` for the whole algorithm's optimizers. A loss of your own
+is a factory like these in your own module (``task.loss._target_=mymodule.my_loss``); each
+closure's backward reaches its own optimizer's parameters only, so an actor loss may run the critic
+freely.
 """
 
 from __future__ import annotations
@@ -162,6 +163,11 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
       ``tau=1.0`` (SB3's ``target_update_interval``, there counted in env steps), Polyak
       otherwise (CleanRL's ``tau``).
 
+    With ``target_every=1`` and ``tau=1.0`` (DrQ(eps), SPR: the target copied after every
+    update) the target network *is* the online one as it stands at each update: no copy is
+    kept, and one pass of the online network under ``no_grad`` scores the next observations
+    (the same numbers a copy would give, for a third less of the update's compute).
+
     Gradient clipping is the engine's (``engine.clip_norm=10``: SB3's ``max_grad_norm``).
     With ``task.aux=[shift]`` (DrQ, :mod:`beyondfit.rl.algos.auxiliary`) the TD target is averaged
     over ``k`` shifted next observations and the loss over ``m`` shifted observations.
@@ -174,17 +180,23 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
         if not isinstance(value, bool):
             raise BeyondfitError(f"task.loss.{key}={value!r}: true or false")
 
+    online_target = target_every == 1 and tau == 1.0
+
+    def next_values(model: QAgent, next_obs: torch.Tensor) -> torch.Tensor:
+        """``Q'(s', a*)`` for each row of ``next_obs`` (rows of one or several views)."""
+        if online_target:  # a copy after every update is the online network itself
+            return model.q(next_obs).max(1).values  # (double's choice, scored by itself)
+        next_q = model.q_target(next_obs)
+        if double:
+            best = model.q(next_obs).argmax(1, keepdim=True)
+            return next_q.gather(1, best).squeeze(1)
+        return next_q.max(1).values
+
     def q(model: QAgent, batch: ReplayBatch) -> dict[str, torch.Tensor]:
         if getattr(batch, "obs_views", None) is not None:  # task.aux=[shift]: DrQ
             return drq(model, batch)
         with torch.no_grad():
-            next_q = model.q_target(batch.next_obs)
-            if double:
-                best = model.q(batch.next_obs).argmax(1, keepdim=True)
-                next_value = next_q.gather(1, best).squeeze(1)
-            else:
-                next_value = next_q.max(1).values
-            target = _td_target(batch, next_value, gamma)
+            target = _td_target(batch, next_values(model, batch.next_obs), gamma)
         taken = model.q(batch.obs).gather(1, batch.actions.unsqueeze(1)).squeeze(1)
         error = F.smooth_l1_loss if huber else F.mse_loss
         return {"loss": error(taken, target), "q": taken.detach().mean()}
@@ -195,12 +207,7 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
         # rows i * B to (i + 1) * B).
         n = batch.rewards.shape[0]
         with torch.no_grad():
-            next_q = model.q_target(batch.next_views).view(-1, n, model.n_actions)  # (K, B, A)
-            if double:
-                best = model.q(batch.next_views).view(-1, n, model.n_actions).argmax(2, True)
-                next_value = next_q.gather(2, best).squeeze(2)
-            else:
-                next_value = next_q.max(2).values
+            next_value = next_values(model, batch.next_views).view(-1, n)  # (K, B)
             target = _td_target(batch, next_value.mean(0), gamma)
         values = model.q(batch.obs_views).view(-1, n, model.n_actions)  # (M, B, A)
         index = batch.actions.view(1, n, 1).expand(values.shape[0], n, 1)
@@ -208,4 +215,5 @@ def dqn_loss(gamma: float = 0.99, double: bool = False, huber: bool = True, tau:
         error = F.smooth_l1_loss if huber else F.mse_loss
         return {"loss": error(taken, target.expand_as(taken)), "q": taken.detach().mean()}
 
-    return [OffPolicyUpdate("q", q, trains="q", target=Target("q_target", tau, target_every))]
+    target = None if online_target else Target("q_target", tau, target_every)
+    return [OffPolicyUpdate("q", q, trains="q", target=target)]

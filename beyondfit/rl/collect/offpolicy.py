@@ -3,8 +3,8 @@
 Each env step acts in a Gymnasium vector env with the agent's own exploration rule
 (``agent.explore``: SAC's sample, TD3's noise, DQN's epsilon-greedy; uniformly random actions
 for the first ``learning_starts`` env steps), stores the transitions in a
-:class:`~beyondfit.rl.replay.buffer.ReplayBuffer` on the training device (each field in its own dtype;
-the frames of image observations once each, uint8 frames as uint8), and then yields as many
+:class:`~beyondfit.rl.replay.buffer.ReplayBuffer` on the training device (each field in its own
+dtype; the frames of image observations once each, uint8 frames as uint8), and then yields as many
 minibatches as the update-to-data ratio owes: after ``e`` env steps, ``floor(ratio * (e -
 learning_starts))`` minibatches in all, or with RL-Zoo's ``train_freq``/``gradient_steps``,
 ``gradient_steps`` of them after every ``train_freq`` env steps past ``learning_starts``. The
@@ -34,7 +34,7 @@ follows from their seed and actions, as Gymnasium's classic-control and MuJoCo e
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import numpy as np
@@ -66,7 +66,8 @@ class ExploringAgent(Protocol):
 
 
 class ReplayCollector(EnvCollector):
-    """Iterable of :class:`~beyondfit.rl.replay.buffer.ReplayBatch` minibatches, collected as it goes.
+    """Iterable of :class:`~beyondfit.rl.replay.buffer.ReplayBatch` minibatches, collected as it
+    goes.
 
     Args:
         envs: a Gymnasium vector env with next-step autoreset (:func:`make_vector_env`);
@@ -87,9 +88,13 @@ class ReplayCollector(EnvCollector):
             (random actions, exploration noise, minibatch sampling).
         save_buffer: put the buffer's contents in checkpoints (``False`` for a buffer too large to
             save: a resume then starts from an empty buffer and says so in one line).
-        n_step: rewards each sampled transition sums (:class:`~beyondfit.rl.replay.buffer.ReplayBatch`
-            ``discount``); 1: one-step transitions.
+        n_step: rewards each sampled transition sums
+            (:class:`~beyondfit.rl.replay.buffer.ReplayBatch` ``discount``); 1: one-step
+            transitions.
         gamma: the discount of those sums (the task's ``gamma``).
+        augment: ``augment(batch, generator) -> batch``, applied to each sampled minibatch
+            before it is handed on, drawing from the collector's generator
+            (:class:`~beyondfit.rl.algos.augmentation.Augmentation`: ``task.augment``).
     """
 
     split = ("total_env_steps", "learning_starts")
@@ -98,7 +103,9 @@ class ReplayCollector(EnvCollector):
                  buffer_size: int = 1_000_000, batch_size: int = 256, learning_starts: int = 100,
                  updates_per_step: float | None = 1.0, train_freq: int | None = None,
                  gradient_steps: int = 1, seed: int = 0, save_buffer: bool = True,
-                 n_step: int = 1, gamma: float = 0.99) -> None:
+                 n_step: int = 1, gamma: float = 0.99,
+                 augment: Callable[[ReplayBatch, torch.Generator], ReplayBatch] | None = None,
+                 ) -> None:
         for name, value in (("total_env_steps", total_env_steps), ("batch_size", batch_size),
                             ("buffer_size", buffer_size)):
             check_number(f"task.{_key(name)}", value, integer=True, above=0)
@@ -115,6 +122,7 @@ class ReplayCollector(EnvCollector):
         self.updates_per_step = None if updates_per_step is None else float(updates_per_step)
         self.save_buffer = bool(save_buffer)
         self.n_step, self.gamma = n_step, gamma
+        self.augment = augment
         if self._owed(total_env_steps) < 1:
             raise BeyondfitError(too_short(total_env_steps, learning_starts, train_freq))
         self.buffer: ReplayBuffer = self._new_buffer(min(buffer_size, total_env_steps))
@@ -173,13 +181,14 @@ class ReplayCollector(EnvCollector):
         if self._obs is None:
             self._obs = self._rebuild_envs(lambda seed: self.envs.reset(seed=seed)[0])
         to_obs = observation_converter(device)
-        buffer, gen, batch = self.buffer, self._generator, self.batch_size
+        buffer, gen, batch, augment = self.buffer, self._generator, self.batch_size, self.augment
         while True:
             owed = self._owed(self.env_steps)
             # (An empty buffer, after a resume without its contents: collect before sampling.)
             while self.yielded < owed and buffer.size:
                 self.yielded += 1  # before the yield: a checkpoint taken there counts it
-                yield buffer.sample(batch, gen)
+                sample = buffer.sample(batch, gen)
+                yield sample if augment is None else augment(sample, gen)
             if self.env_steps >= self.total_env_steps:
                 return
             self._step(to_obs, device)

@@ -124,8 +124,8 @@ class RolloutCollector(EnvCollector):
     discounted returns (``gae_lambda`` is then unused).
         stop_epochs: optional ``() -> bool`` asked after each epoch over a rollout; ``True``
             skips that rollout's remaining epochs (PPO's early stop at a target KL: see
-            :class:`beyondfit.rl.algos.kl_stop.TargetKL`). Under several ranks it must answer the same
-            on every rank.
+            :class:`beyondfit.rl.algos.kl_stop.TargetKL`). Under several ranks it must answer the
+            same on every rank.
         transitions: yield :class:`RolloutTransitions`: each transition's ``next_obs``,
             ``terminated`` and ``truncated`` besides (what a self-supervised term reads).
 

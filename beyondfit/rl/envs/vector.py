@@ -14,8 +14,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.rl.envs import envpool_atari  # envpool itself is imported only when a pool is made
+from beyondfit.rl.envs.spaces import check_spaces
 from beyondfit.rl.envs.suites import register_family
-from beyondfit.rl.nets.policies import check_spaces
 
 log = logging.getLogger("beyondfit.rl")
 

@@ -1,7 +1,7 @@
 """A confirming evaluation: the return an RL run reports, measured on fresh episodes.
 
-The in-training evaluations (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`, 20 episodes by
-default) decide *when* to stop; a run that stops the first time one of them reaches the
+The in-training evaluations (:class:`~beyondfit.rl.evaluation.evaluator.GreedyEvaluator`, 20
+episodes by default) decide *when* to stop; a run that stops the first time one of them reaches the
 target has selected a lucky draw. So when the stop rule on ``val_return`` fires, and again
 when the budget runs out, :class:`ConfirmingEvaluation` runs a fresh set of greedy episodes
 (100 by default for the classic-control tasks) on seeds that neither training nor the
@@ -112,6 +112,11 @@ class ConfirmingEvaluation(Callback):
         engine.last_val = {k: v for k, v in self.result.items() if k.startswith("val_")}
 
     @property
+    def policy(self) -> str:
+        """How the confirming episodes act: ``greedy`` or ``epsilon E`` (``task.eval_epsilon``)."""
+        return getattr(self.evaluator, "policy", "greedy")  # (an evaluator of one's own: greedy)
+
+    @property
     def solved(self) -> bool | None:
         """Whether the last confirmation reached the target (``None``: no target or none run)."""
         if self.target is None or self.result is None:
@@ -125,10 +130,13 @@ class ConfirmingEvaluation(Callback):
         first = int(self.result["first_seed"])
         seeds = (f"seed {first}" if self.episodes == 1 else
                  f"seeds {first}-{first + self.episodes - 1}")
+        policy = self.policy
+        episodes = (count(self.episodes, "fresh greedy episode") if policy == "greedy" else
+                    f"{count(self.episodes, 'fresh episode')} at {policy}")
         return {
-            "values_from": f"confirming evaluation, {count(self.episodes, 'fresh greedy episode')}"
-                           f", {seeds}",
-            "confirming_evaluation": {**self.result, "attempts": self.attempts},
+            "values_from": f"confirming evaluation, {episodes}, {seeds}",
+            "confirming_evaluation": {**self.result, "attempts": self.attempts,
+                                      "policy": policy},
             "training_evaluation": dict(self.training),
             "target": self.target,
             "solved": self.solved,

@@ -6,9 +6,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.options import check_number
 from beyondfit.rl.envs.vector import WrapperFn, env_error, greedy_policy, make_vector_env
 from beyondfit.rl.nets.policies import ActorCritic
 
@@ -31,6 +33,9 @@ class GreedyEvaluator:
             policy on an env without a time limit could otherwise run forever).
         env_kwargs: keyword arguments of each copy's ``gym.make``, as in training.
         key: the config key ``episodes`` came from, for an error about it.
+        epsilon: the chance of a uniformly random action at each step (``Discrete`` actions;
+            ``task.eval_epsilon``): 0 is greedy; 0.001 is the Atari 100k protocol's, 0.05 the
+            Nature DQN's. The draws come from a generator seeded with the envs.
     """
 
     def __init__(
@@ -43,25 +48,39 @@ class GreedyEvaluator:
         max_steps: int = 100_000,
         env_kwargs: Mapping[str, Any] | None = None,
         key: str = "task.eval_episodes",
+        epsilon: float = 0.0,
     ) -> None:
         # Gymnasium's wrappers, never envpool: each copy plays whole games from real resets,
         # the reference preprocessing every vectorization's training is measured by.
+        self.epsilon = float(check_number("task.eval_epsilon", epsilon, at_least=0, at_most=1,
+                                          example="task.eval_epsilon=0.001"))
         self.envs = make_vector_env(env_id, episodes, wrappers, env_kwargs=env_kwargs, key=key,
                                     pool=False)
         self.env_id, self.max_steps = env_id, max_steps
+        space = self.envs.single_action_space
+        if self.epsilon and not isinstance(space, gym.spaces.Discrete):
+            self.envs.close()
+            raise BeyondfitError(f"task.eval_epsilon={epsilon} draws random actions among n, "
+                                 f"but the action space is {space}; set task.eval_epsilon=0")
+        self._random = np.random.default_rng(seed)
         self.episodes, self.seed, self.progress = episodes, seed, progress
         self._seeded = False
         self.seconds = 0.0  # time spent evaluating, so benchmarks can leave it out
         self.history: list[dict[str, float]] = []
 
     def __call__(self, model: ActorCritic) -> dict[str, float]:
-        """Run one greedy episode per env copy; return mean return and length."""
+        """Run one greedy (or epsilon-greedy) episode per env copy; return mean return and
+        length."""
         start = time.perf_counter()
         act = greedy_policy(model, self.envs.single_action_space)
+        if self.epsilon:
+            act = self._epsilon_greedy(act)
         try:
             obs, _ = self.envs.reset(seed=None if self._seeded else self.seed)
         except Exception as exc:
             raise env_error(self.env_id, "reset (evaluation)", exc) from None
+        if not self._seeded:
+            self._random = np.random.default_rng(self.seed)
         self._seeded = True
         returns = np.zeros(self.episodes)
         lengths = np.zeros(self.episodes, dtype=np.int64)
@@ -103,6 +122,24 @@ class GreedyEvaluator:
             entry["env_steps"] = float(self.progress())
         self.history.append(entry)
         return result
+
+    def _epsilon_greedy(self, act: Callable[[np.ndarray], np.ndarray]
+                        ) -> Callable[[np.ndarray], np.ndarray]:  # fmt: skip
+        """``act`` with each copy's action replaced by a uniform one with chance epsilon."""
+        space = self.envs.single_action_space
+
+        def explore(obs: np.ndarray) -> np.ndarray:
+            actions = act(obs)
+            n = len(actions)
+            uniform = space.start + self._random.integers(space.n, size=n)
+            return np.where(self._random.random(n) < self.epsilon, uniform, actions)
+
+        return explore
+
+    @property
+    def policy(self) -> str:
+        """How the evaluation acts, as the result says it: ``greedy`` or ``epsilon 0.001``."""
+        return f"epsilon {self.epsilon:g}" if self.epsilon else "greedy"
 
     def reseed(self, seed: int) -> None:
         """Start the next evaluation from envs reset with ``seed`` (episode ``i``: ``seed + i``)."""

@@ -42,8 +42,8 @@ def load_policy(
 ) -> tuple[nn.Module, dict]:
     """Rebuild the policy saved in a run directory (or from its ``policy.pt``).
 
-    The file is data: its description is checked (:mod:`beyondfit.rl.evaluation.policy_file`) and the
-    network's shapes are compared with its weights on the meta device before anything real is
+    The file is data: its description is checked (:mod:`beyondfit.rl.evaluation.policy_file`) and
+    the network's shapes are compared with its weights on the meta device before anything real is
     built; modules it names are imported only when ``allow_import`` names them.
     """
     path = Path(path)
@@ -108,8 +108,9 @@ def build_policy(meta: dict, env: gym.Env, allow_import: Iterable[str] = ()) -> 
 def make_env(meta: dict, allow_import: Iterable[str] = (), **kwargs: object) -> gym.Env:
     """The env a policy was trained on, with the wrappers it was trained with.
 
-    ``meta`` must have passed :func:`~beyondfit.rl.evaluation.policy_file.check_policy`: a ``module:``
-    env and wrappers of one's own are imported only when ``allow_import`` names their module.
+    ``meta`` must have passed :func:`~beyondfit.rl.evaluation.policy_file.check_policy`: a
+    ``module:`` env and wrappers of one's own are imported only when ``allow_import`` names their
+    module.
     """
     meta = check_policy(meta, "the policy entry", allow_import)  # cheap; imports nothing
     wrappers = meta.get("wrappers", [])

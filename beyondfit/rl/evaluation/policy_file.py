@@ -41,12 +41,14 @@ NORMALIZER: dict[str, tuple[type | tuple[type, ...], Callable[[Any], bool], str]
 REFUSED_WRAPPERS = frozenset({"RecordVideo"})
 #: The entries of an off-policy agent's description (SAC, TD3, DQN: ``kind: offpolicy``) and
 #: the options it may give: the agent's ``kind`` (``beyondfit.tasks.offpolicy.AGENTS``) and
-#: those of :class:`~beyondfit.rl.nets.agents.OffPolicyAgent` or :class:`~beyondfit.rl.nets.agents.QAgent`.
+#: those of :class:`~beyondfit.rl.nets.agents.OffPolicyAgent` or
+#: :class:`~beyondfit.rl.nets.agents.QAgent`.
 AGENT_KEYS = ("kind", "env", "wrappers", "agent", "env_kwargs")
 AGENT_KINDS = ("actor_critic", "q")
 AGENT_OPTIONS = ("kind", "actor", "hidden", "critic_hidden", "critics", "init_alpha",
                  "exploration_noise", "log_std", "activation", "exploration_fraction",
-                 "exploration_initial_eps", "exploration_final_eps", "encoder")
+                 "exploration_initial_eps", "exploration_final_eps", "encoder",
+                 "exploration_start", "head")
 #: The Gaussian actor's log-std bounds (:data:`beyondfit.rl.nets.agents.LOG_STD_RANGES`' names).
 _LOG_STD_MODES = ("tanh", "clamp")
 _ENV_ID = re.compile(r"[A-Za-z0-9_.\-/:]{1,200}")
@@ -70,6 +72,9 @@ def gymnasium_wrappers() -> dict[str, type]:
     # The package's own Atari wrappers (conf/task/atari.yaml) are as safe to build as these.
     found = {f"{cls.__module__}.{cls.__qualname__}": cls
              for cls in (EpisodicLife, FireReset, ClipRewardSign)}
+    # Their name before rl/ was grouped by concept, which policy files of earlier runs hold.
+    found |= {f"beyondfit.rl.suites.{cls.__qualname__}": cls
+              for cls in (EpisodicLife, FireReset, ClipRewardSign)}
     for name in gymnasium.wrappers.__all__:
         cls = vars(gymnasium.wrappers).get(name)
         if isinstance(cls, type) and issubclass(cls, gym.Wrapper) and name not in REFUSED_WRAPPERS:
@@ -209,6 +214,10 @@ def _check_agent(meta: Mapping[str, Any], source: str, allowed: tuple[str, ...],
         raise bad("agent", f"an activation among {', '.join(ACTIVATIONS)}")
     if agent.get("log_std", "tanh") not in _LOG_STD_MODES:
         raise bad("agent", f"a log_std among {', '.join(_LOG_STD_MODES)}")
+    from beyondfit.rl.nets.heads import HEADS
+
+    if agent.get("head", "mlp") not in HEADS:  # a head of one's own is code: not from a file
+        raise bad("agent", f"a head among {', '.join(HEADS)}")
     _check_wrappers(meta, source, allowed, bad)
     return dict(meta)
 

@@ -14,7 +14,8 @@ the critic for SAC and TD3, whose actor reads the critic's features without trai
 (SB3's shared features extractor; SAC-AE and DrQ detach the actor's input the same way).
 
 Target copies are not the agent's: the algorithm declares them with its updates
-(:mod:`beyondfit.rl.algos.algorithm`) and the task keeps them on the agent (``model.critic_target``).
+(:mod:`beyondfit.rl.algos.algorithm`) and the task keeps them on the agent
+(``model.critic_target``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ from beyondfit.core.options import check_number
 from beyondfit.nets import mlp
 from beyondfit.rl.algos.schedules import linear
 from beyondfit.rl.envs.actions import box_bounds
+from beyondfit.rl.envs.spaces import check_spaces
 from beyondfit.rl.nets.encoders import as_encoder, make_encoder
-from beyondfit.rl.nets.policies import check_spaces
+from beyondfit.rl.nets.heads import make_head
 
 #: How the Gaussian actor bounds its log-std: ``"tanh"`` (CleanRL) rescales a tanh into
 #: ``[-5, 2]``, smooth and starting near std 0.22; ``"clamp"`` (SB3) clips a linear output to
@@ -287,13 +289,14 @@ class OffPolicyAgent(nn.Module):
 
 
 class QNetwork(nn.Module):
-    """Q values ``(B, n_actions)`` of raw observations: the encoder, then an MLP head."""
+    """Q values ``(B, n_actions)`` of raw observations: the encoder, then a head
+    (:mod:`beyondfit.rl.nets.heads`: ``mlp``, ``dueling`` or one's own)."""
 
     def __init__(self, encoder: nn.Module, hidden: Sequence[int], n_actions: int,
-                 activation: str = "relu") -> None:  # fmt: skip
+                 activation: str = "relu", head: Any = "mlp") -> None:  # fmt: skip
         super().__init__()
         self.encoder = encoder
-        self.head = mlp([encoder.features, *tuple(hidden), n_actions], activation)
+        self.head = make_head(head, encoder.features, n_actions, hidden, activation)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """``(B, n_actions)``."""
@@ -316,6 +319,11 @@ class QAgent(nn.Module):
         exploration_fraction: the fraction of the run's env steps over which epsilon falls
             linearly from ``exploration_initial_eps`` to ``exploration_final_eps`` (SB3's
             names; it stays there after).
+        exploration_start: the fraction of the run's env steps before epsilon starts to fall
+            (0: from the start, SB3's; Dopamine's agents start at the end of their random
+            steps, ``task.agent.exploration_start_steps``).
+        head: the Q head (:data:`~beyondfit.rl.nets.heads.HEADS`: ``mlp``, ``dueling``; or a
+            factory of one's own).
     """
 
     def __init__(
@@ -329,6 +337,8 @@ class QAgent(nn.Module):
         exploration_initial_eps: float = 1.0,
         exploration_final_eps: float = 0.05,
         encoder: Any = "auto",
+        exploration_start: float = 0.0,
+        head: Any = "mlp",
     ) -> None:
         super().__init__()
         check_spaces(observation_space, action_space)
@@ -340,6 +350,8 @@ class QAgent(nn.Module):
                                  "relu, tanh")
         check_number("task.agent.exploration_fraction", exploration_fraction, above=0,
                      at_most=1, example="task.agent.exploration_fraction=0.1")
+        check_number("task.agent.exploration_start", exploration_start, at_least=0,
+                     at_most=1, example="task.agent.exploration_start_steps=1600")
         for key, value in (("exploration_initial_eps", exploration_initial_eps),
                            ("exploration_final_eps", exploration_final_eps)):
             check_number(f"task.agent.{key}", value, at_least=0, at_most=1,
@@ -347,9 +359,9 @@ class QAgent(nn.Module):
         self.n_actions = int(action_space.n)
         self.start = int(action_space.start)
         self.q = QNetwork(make_encoder(observation_space, encoder), hidden, self.n_actions,
-                          activation)
+                          activation, head)
         self.features = self.q.encoder.features
-        self.fraction = float(exploration_fraction)
+        self.fraction, self.start_at = float(exploration_fraction), float(exploration_start)
         self.initial_eps, self.final_eps = float(exploration_initial_eps), float(
             exploration_final_eps)
 
@@ -364,8 +376,10 @@ class QAgent(nn.Module):
 
     def epsilon(self, progress: float) -> float:
         """The chance of a random action at ``progress`` (the fraction of the run's env steps
-        taken): linear from the initial to the final value over ``exploration_fraction``."""
-        return linear(self.initial_eps, self.final_eps, min(1.0, progress / self.fraction))
+        taken): linear from the initial to the final value over ``exploration_fraction``,
+        from ``exploration_start`` on."""
+        done = max(0.0, progress - self.start_at) / self.fraction
+        return linear(self.initial_eps, self.final_eps, min(1.0, done))
 
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None = None,
                 progress: float = 0.0) -> torch.Tensor:  # fmt: skip

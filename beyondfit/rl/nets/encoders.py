@@ -1,8 +1,8 @@
 """The encoder: what turns a raw observation into features, one part shared by every algorithm.
 
 Observations reach the networks as the env made them (uint8 frames, bool boards, float32
-vectors: :func:`~beyondfit.rl.envs.vector.observation_converter` keeps the space's dtype), and become
-floats here, on the training device. A loss never calls an encoder itself: ``model.q(obs)``,
+vectors: :func:`~beyondfit.rl.envs.vector.observation_converter` keeps the space's dtype), and
+become floats here, on the training device. A loss never calls an encoder itself: ``model.q(obs)``,
 ``model.critic(obs, a)``, ``model.actor(obs)`` and the policy's methods take raw observations.
 
 - ``flat``: observations flattened, optionally normalized (vectors: CartPole, MuJoCo);
@@ -31,32 +31,12 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.nets import INITS
+from beyondfit.rl.envs.spaces import channels_last, is_image
 
 #: The encoders ``task.encoder`` names (``auto`` picks one of these from the space).
 ENCODERS = ("auto", "flat", "nature", "minatar")
 
 
-def is_image(space: gym.Space) -> bool:
-    """Does ``space`` hold images: a Box of three dimensions (channels and two spatial ones),
-    or of two with an integer or boolean dtype (one grayscale frame)?"""
-    if not isinstance(space, gym.spaces.Box):
-        return False
-    integral = np.issubdtype(space.dtype, np.integer) or space.dtype == np.bool_
-    return len(space.shape) == 3 or (len(space.shape) == 2 and integral)
-
-
-def channels_last(shape: tuple[int, ...]) -> bool:
-    """Is an image of ``shape`` laid out height x width x channels (Gymnasium's RGB frames,
-    MinAtar's boards) rather than channels first (a frame stack, ``(4, 84, 84)``)? Two equal
-    axes are the spatial ones; otherwise the channel axis is the short one, and a cube
-    (MinAtar's ``(10, 10, 10)``) is Gymnasium's height x width x channels."""
-    if len(shape) != 3:
-        return False
-    if shape[1] == shape[2] and shape[0] != shape[1]:
-        return False
-    if shape[0] == shape[1]:
-        return True
-    return shape[-1] < shape[0]
 
 
 class Pixels(nn.Module):

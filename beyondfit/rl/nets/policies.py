@@ -19,25 +19,11 @@ from torch import nn
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.nets import INITS, mlp
+from beyondfit.rl.envs.spaces import check_spaces
 from beyondfit.rl.nets.encoders import make_encoder
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 
-
-def check_spaces(observation_space: gym.Space, action_space: gym.Space, env_id: str = "") -> None:
-    """Raise :class:`BeyondfitError` unless observations are Box and actions Discrete or Box."""
-    where = f" of env {env_id!r}" if env_id else ""
-    if not isinstance(observation_space, gym.spaces.Box):
-        raise BeyondfitError(
-            f"observation space {observation_space}{where} is not supported: the policies "
-            "take a Box (a vector, or images); flatten it first, e.g. with "
-            "gymnasium.wrappers.FlattenObservation, or pick another env with task.env=ID"
-        )
-    if not isinstance(action_space, gym.spaces.Discrete | gym.spaces.Box):
-        raise BeyondfitError(
-            f"action space {action_space}{where} is not supported: the policies handle Discrete "
-            "(categorical) and Box (diagonal Gaussian) actions; pick another env with task.env=ID"
-        )
 
 
 def _layer_sizes(key: str, sizes: Any) -> tuple[int, ...]:

@@ -3,7 +3,7 @@ dtype, on the training device; the frames of image observations stored once.
 
 What is stored how (``C`` transitions, ``B`` sampled):
 
-- **Vector observations** (every space :func:`~beyondfit.rl.nets.encoders.is_image` says is not an
+- **Vector observations** (every space :func:`~beyondfit.rl.envs.spaces.is_image` says is not an
   image: CartPole, MuJoCo): ``obs`` and ``next_obs`` as float32 rows ``(C, obs_dim)``,
   flattened, handed out bitwise as before the buffer stored fields apart. CartPole: 52 bytes
   per transition (two 4-value observations, an int64 action, three float32 scalars).
@@ -84,7 +84,7 @@ from beyondfit.core.device import gigabytes, machine_memory
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.core.state.checks import is_count
-from beyondfit.rl.nets.encoders import channels_last, is_image
+from beyondfit.rl.envs.spaces import channels_last, is_image
 
 log = logging.getLogger("beyondfit.rl")
 
