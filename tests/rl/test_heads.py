@@ -66,7 +66,8 @@ def test_a_head_of_ones_own_is_built_with_the_agents_sizes() -> None:
 @pytest.mark.parametrize("head, message", [
     ("wide", "unknown task.agent.head='wide'; choose one of mlp, dueling"),
     (3, "task.agent.head is a int"),
-    (lambda features, n_actions, hidden, activation: nn.Linear(features, 1), r"\(2, 1\) .* \(2, 4\)"),
+    (lambda features, n_actions, hidden, activation: nn.Linear(features, 1),
+     r"\(2, 1\) .* \(2, 4\)"),
     (lambda features, n_actions, hidden, activation: nn.Identity(), r"returned \(2, 6\)"),
     (lambda **kw: 1 / 0, "could not be built .* ZeroDivisionError"),
     (lambda **kw: "a head", "built a str, not a torch.nn.Module"),
