@@ -9,7 +9,7 @@ from __future__ import annotations
 import operator
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from beyondfit.core.errors import BeyondfitError
@@ -49,6 +49,15 @@ class Callback:
 
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Training ended (finished, stopped by a rule, or reached ``max_steps``)."""
+
+    def explains_stop(self, record: str, rows: Sequence[Mapping[str, float]]) -> bool | str | None:
+        """Asked on resume about a loaded run's stop record (``engine.stopped_by``), with the
+        run's last logged rows (the last evaluation's, the last epoch's): ``True`` when this
+        callback wrote ``record`` and its state or the rows show it holds, a reason (text)
+        when the record is of this callback's kind but does not hold, ``None`` when it is
+        not this callback's. A callback of one's own that stops runs answers for its
+        records, or a resume refuses them as it refuses a forged one."""
+        return None
 
 
 class Stopwatch(Callback):
@@ -139,6 +148,20 @@ class StopRule(Callback):
         """Check the rule against the epoch's logs (train and validation)."""
         self._require(logs)
         self._check(engine, logs)
+
+    def explains_stop(self, record: str, rows: Sequence[Mapping[str, float]]) -> bool | str | None:
+        """The record this rule writes for a logged value that satisfies it."""
+        values = [(row, row[self.metric]) for row in rows if self.metric in row]
+        for row, value in values:
+            if self.holds(row) and record == f"{self.rule} ({self.metric}={value:.4g})":
+                return True
+        if not record.startswith(f"{self.rule} ("):
+            return None
+        if not values:
+            return f"no {self.metric} was logged yet"
+        row, value = values[0]
+        return (f"the logged {self.metric} is {value:.4g}" if self.holds(row) else
+                f"the logged {self.metric}={value:.4g} does not satisfy {self.rule}")
 
 
 def state_key(callback: Callback) -> str:

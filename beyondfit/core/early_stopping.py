@@ -18,7 +18,7 @@ Example (the Python API)::
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -140,6 +140,18 @@ class EarlyStopping(Callback):
                 f"{self.monitor} did not improve for {self.patience} evaluations "
                 f"(best {self.best:.4g} at epoch {self.best_epoch})"
             )
+
+    def explains_stop(self, record: str, rows: Sequence[Mapping[str, float]]) -> bool | str | None:
+        """The record this callback writes once its restored count of evaluations without
+        improvement reached its patience."""
+        if self.wait >= self.patience and record == (
+                f"{self.monitor} did not improve for {self.patience} evaluations "
+                f"(best {self.best:.4g} at epoch {self.best_epoch})"):
+            return True
+        if not record.startswith(f"{self.monitor} did not improve"):
+            return None
+        return (f"early stopping counted {self.wait} of its {self.patience} evaluations "
+                f"without improvement, best {self.best:.4g}")
 
     @staticmethod
     def _copy_weights(engine: Engine) -> dict[str, torch.Tensor]:

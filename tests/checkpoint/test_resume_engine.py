@@ -195,3 +195,56 @@ def test_resuming_a_finished_run_changes_nothing(
     fit(again, data, val)
     assert_same_run(reference[0], again)
     check_rows(rows(tmp_path), reference[1])
+
+
+class StopBelow(Callback):
+    """A stop rule of a user's own, not a StopRule: stop once an evaluation's loss is below a
+    bound, and answer for the record it writes on resume."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+
+    def record(self, value: float) -> str:
+        return f"my rule: val_loss {value:.6f} below {self.bound}"
+
+    def on_eval_end(self, engine: Engine, logs) -> None:
+        if logs["val_loss"] < self.bound:
+            engine.should_stop, engine.stopped_by = True, self.record(logs["val_loss"])
+
+    def explains_stop(self, record: str, rows) -> bool | str | None:
+        if not record.startswith("my rule:"):
+            return None
+        shown = [row["val_loss"] for row in rows if "val_loss" in row]
+        if shown and shown[0] < self.bound and record == self.record(shown[0]):
+            return True
+        return f"the logged val_loss is not below {self.bound}"
+
+
+class Silent(StopBelow):
+    """The same stop, from a callback that does not answer for its records."""
+
+    def explains_stop(self, record: str, rows) -> bool | str | None:
+        return Callback.explains_stop(self, record, rows)
+
+
+def test_a_users_own_stop_rule_stops_and_its_resume_continues_the_stopped_run(
+        tmp_path: Path, reference: tuple[Engine, list[dict]]) -> None:
+    bound = reference[0].last_val["val_loss"] + 1.0  # below it from the first evaluation
+    engine, data, val = build(tmp_path, [StopBelow(bound)], every=1)
+    fit(engine, data, val)
+    assert engine.stopped_by.startswith("my rule:") and engine.global_step == 3
+    again, data, val = build(tmp_path, [StopBelow(bound)], every=1)
+    resume(again, tmp_path)
+    fit(again, data, val)
+    assert again.global_step == 3 and again.stopped_by == engine.stopped_by  # nothing trained
+
+    # A forged record of the user's kind, and a callback that does not answer: refused.
+    from beyondfit.core.state.serialization import safe_load
+
+    saved = safe_load(tmp_path / "checkpoints" / "step-00000003.pt")
+    for callbacks, record, words in (
+            ([StopBelow(bound)], "my rule: val_loss 0.000001 below 9", "is not below"),
+            ([Silent(bound)], engine.stopped_by, "explains_stop")):
+        forged, data, val = build(tmp_path / "forged", callbacks, every=1)
+        with pytest.raises(Exception, match=words):
+            forged.load_state_dict({**saved, "stopped_by": record})

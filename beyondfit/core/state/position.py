@@ -16,8 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from beyondfit.core.callbacks import StopRule
-from beyondfit.core.early_stopping import EarlyStopping
 from beyondfit.core.state.checks import MAX_COUNT, FieldError, fail, is_count
 
 
@@ -158,12 +156,11 @@ class RunPosition:
 
 def check_stop(record: Any, callbacks: Iterable[Any], history: list[dict[str, float]],
                last_val: Mapping[str, float]) -> None:
-    """A loaded run's stop record (``stopped_by``) must be one its own logs show: what one of
-    its :class:`~beyondfit.core.callbacks.StopRule` callbacks writes for a logged value (the
-    last evaluation's, or the last epoch row's) that satisfies it, or what its
-    :class:`~beyondfit.core.early_stopping.EarlyStopping` writes once its restored count of
-    evaluations without improvement reached its patience. Else the record would end the
-    resumed run as "stopped early" by a rule that never fired: :class:`FieldError`."""
+    """A loaded run's stop record (``stopped_by``) must be one its own logs show: each
+    callback is asked (:meth:`~beyondfit.core.callbacks.Callback.explains_stop`) with the last
+    evaluation's and the last epoch row's values; one must answer that it wrote the record and
+    that it holds. Else the record would end the resumed run as "stopped early" by a rule that
+    never fired: :class:`FieldError`, with the reason the record's own kind of callback gave."""
     if record is None:
         return
     if not isinstance(record, str):
@@ -171,28 +168,14 @@ def check_stop(record: Any, callbacks: Iterable[Any], history: list[dict[str, fl
     rows = [row for row in (last_val, history[-1] if history else None) if row]
     said: list[str] = []
     for callback in callbacks:
-        if isinstance(callback, StopRule):
-            values = [(row, row[callback.metric]) for row in rows if callback.metric in row]
-            for row, value in values:
-                if callback.holds(row) and record == (
-                        f"{callback.rule} ({callback.metric}={value:.4g})"):
-                    return
-            if record.startswith(f"{callback.rule} ("):
-                _, value = values[0] if values else (None, None)
-                said.append(f"no {callback.metric} was logged yet" if value is None else
-                            f"the logged {callback.metric} is {value:.4g}" if callback.holds(
-                                values[0][0]) else
-                            f"the logged {callback.metric}={value:.4g} does not satisfy "
-                            f"{callback.rule}")
-        elif isinstance(callback, EarlyStopping):
-            if callback.wait >= callback.patience and record == (
-                    f"{callback.monitor} did not improve for {callback.patience} evaluations "
-                    f"(best {callback.best:.4g} at epoch {callback.best_epoch})"):
-                return
-            if record.startswith(f"{callback.monitor} did not improve"):
-                said.append(f"early stopping counted {callback.wait} of its {callback.patience} "
-                            f"evaluations without improvement, best {callback.best:.4g}")
-    why = said[0] if said else "no stop rule or early stopping of this run writes it"
+        answer = callback.explains_stop(record, rows) if hasattr(
+            callback, "explains_stop") else None
+        if answer is True:
+            return
+        if isinstance(answer, str):
+            said.append(answer)
+    why = said[0] if said else ("no callback of this run wrote it (a stopping callback of "
+                                "one's own answers for its records with explains_stop)")
     shown = repr(record) if len(record) <= 80 else repr(record[:77] + "...")
     raise FieldError(f"stopped_by={shown} is not a stop this run's logs show ({why}); resume "
                      "from another checkpoint")

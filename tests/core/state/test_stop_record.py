@@ -50,8 +50,8 @@ def test_a_stop_rule_on_a_training_value_at_an_epoch_end_is_restored() -> None:
 @pytest.mark.parametrize("record,words", [
     ("val_loss<=0.001 (val_loss=0.0005)", "(the logged val_loss="),
     ("val_loss<=0.001 (val_loss=0.0005) ", "(the logged val_loss="),
-    ("loss>=0 (loss=1)", "no stop rule or early stopping of this run writes it"),
-    ("SIGINT", "no stop rule or early stopping"),
+    ("loss>=0 (loss=1)", "no callback of this run wrote it"),
+    ("SIGINT", "no callback of this run wrote it"),
     ("", "no stop rule"),
 ])
 def test_a_stop_the_logs_do_not_show_is_refused(record: str, words: str) -> None:
