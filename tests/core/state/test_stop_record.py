@@ -52,7 +52,7 @@ def test_a_stop_rule_on_a_training_value_at_an_epoch_end_is_restored() -> None:
     ("val_loss<=0.001 (val_loss=0.0005) ", "(the logged val_loss="),
     ("loss>=0 (loss=1)", "no callback of this run wrote it"),
     ("SIGINT", "no callback of this run wrote it"),
-    ("", "no stop rule"),
+    ("", "no callback of this run wrote it"),
 ])
 def test_a_stop_the_logs_do_not_show_is_refused(record: str, words: str) -> None:
     engine, state = run(StopRule("val_loss<=0.001"))
