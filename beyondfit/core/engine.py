@@ -20,13 +20,13 @@ from torch import nn
 
 from beyondfit.core import guards
 from beyondfit.core.callbacks import Callback
-from beyondfit.core.checks import NonFiniteCheck
 from beyondfit.core.compile.compiled import compile_steps
 from beyondfit.core.console import fit_progress
 from beyondfit.core.evaluation import Evaluation
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.loop import EpochLoop
 from beyondfit.core.metrics import MetricTracker
+from beyondfit.core.nonfinite import NonFiniteCheck
 from beyondfit.core.options import check_option
 from beyondfit.core.precision import Precision
 from beyondfit.core.schedules import planned_steps

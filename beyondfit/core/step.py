@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 
-from beyondfit.core.checks import NonFiniteCheck
 from beyondfit.core.compile.compiled import CompiledUpdate
 from beyondfit.core.device import move_to_device
 from beyondfit.core.forward import ForwardPath
 from beyondfit.core.metrics import MetricTracker
+from beyondfit.core.nonfinite import NonFiniteCheck
 from beyondfit.core.outputs import unpack_output
 from beyondfit.core.precision import Precision
 from beyondfit.core.state.position import TrainState

@@ -124,8 +124,8 @@ def test_an_error_the_library_raises_later_reaches_the_command_line_in_its_words
 def test_a_choice_is_returned_in_its_canonical_spelling(tmp_path: Path) -> None:
     # "MIN" passes the rule as the command line's schema reads it, so the library must then
     # compare "min", not "MIN" (which would otherwise act as "max").
-    from beyondfit.core.checks import NonFiniteCheck
     from beyondfit.core.monitor import Monitor
+    from beyondfit.core.nonfinite import NonFiniteCheck
     from beyondfit.core.options import check_option
 
     assert check_option("Monitor.mode", "MIN") == "min"
