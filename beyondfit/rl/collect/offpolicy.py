@@ -315,7 +315,7 @@ def check_replay_state(data: ReplayCollector, state: Any) -> None:
     buffer = state.get("buffer")
     if not isinstance(buffer, dict):
         raise fail("buffer", buffer, "the replay buffer's state (a mapping)")
-    added = buffer.get("added", buffer.get("size"))  # (the single-row buffer's: its size)
+    added = buffer.get("added")
     if not is_count(added) or added > steps:
         raise fail("buffer.added", added, f"a whole number in [0, {steps}] (the transitions "
                    f"{steps} env steps stored; fewer after a resume without the buffer)")

@@ -619,8 +619,6 @@ class ReplayBuffer:
         """
         if not isinstance(state, dict):
             raise BeyondfitError(f"buffer is a {type(state).__name__}, not a mapping")
-        if "rows" in state and "fields" not in state:
-            state = self._from_rows(state)
         checked = _Restore(self, state).check()
         self._empty_streams()
         if checked is None:
@@ -650,35 +648,6 @@ class ReplayBuffer:
                 self._ring_seq[c, :count], self._ring_start[c, :count] = live[mine], starts[mine]
                 self._ring_tail[c], self._ring_head[c] = 0, count
         return True
-
-    def _from_rows(self, state: dict[str, Any]) -> dict[str, Any]:
-        """A checkpoint of the single-row buffer (one float32 ``[obs | action | reward |
-        next_obs | terminated | truncated]`` row per transition) in this buffer's terms."""
-        o, a = self.layout.obs_shape[0], self._action_columns
-        width = 2 * o + a + 3
-        if self.layout.frames or state.get("width", width) != width:
-            raise BeyondfitError(
-                f"buffer.width={state.get('width')!r}: the checkpoint's replay buffer holds "
-                f"rows of other transitions than this env's ({width} values): resume with the "
-                "same env")
-        rows, size, position = state.get("rows"), state.get("size"), state.get("position")
-        if not (isinstance(rows, torch.Tensor) and rows.dtype == torch.float32
-                and rows.dim() == 2 and rows.shape[1] == width):
-            shown = tuple(rows.shape) if isinstance(rows, torch.Tensor) else type(rows).__name__
-            raise BeyondfitError(f"buffer.rows {shown} is not float32 rows of {width} values")
-        if not (is_count(size) and is_count(position)):
-            raise BeyondfitError(f"buffer.size={size!r} and buffer.position={position!r} are "
-                                 "not whole numbers")
-        actions = rows[:, o].long() if self.layout.discrete else rows[:, o:o + a]
-        if self.layout.discrete and not torch.equal(actions.float(), rows[:, o]):
-            raise BeyondfitError("buffer.rows holds an action that is not an index")
-        fields = {"obs": rows[:, :o], "actions": actions, "rewards": rows[:, o + a],
-                  "next_obs": rows[:, o + a + 1:2 * o + a + 1],
-                  "terminated": rows[:, 2 * o + a + 1], "truncated": rows[:, 2 * o + a + 2]}
-        return {"capacity": state.get("capacity"), "size": size, "position": position,
-                "added": size if size < self.capacity else self.capacity + position,
-                "layout": self.layout.describe(),
-                "fields": {k: v.contiguous() for k, v in fields.items()}}
 
 
 class _Restore:

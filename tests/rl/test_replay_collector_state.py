@@ -158,27 +158,6 @@ def test_a_box_action_outside_minus_one_to_one_is_one_line(saved: dict[str, Any]
         collector().load_state_dict(state)
 
 
-def test_a_checkpoint_of_the_single_row_buffer_still_resumes(saved: dict[str, Any]) -> None:
-    """Before per-field storage a buffer was one float32 row per transition ``[obs | action |
-    reward | next_obs | terminated | truncated]``: such a checkpoint loads into the same
-    fields, bitwise."""
-    state = copy.deepcopy(saved)
-    fields = state["buffer"].pop("fields")
-    rows = torch.cat([fields["obs"], fields["actions"], fields["rewards"][:, None],
-                      fields["next_obs"], fields["terminated"][:, None],
-                      fields["truncated"][:, None]], 1)
-    state["buffer"] = {"size": 184, "position": 184, "width": rows.shape[1], "capacity": 600,
-                       "rows": rows}
-    data = collector()
-    data.load_state_dict(state)
-    loaded = data.buffer.state_dict()
-    assert all(torch.equal(loaded["fields"][k], v) for k, v in fields.items())
-    state["buffer"]["width"] = 11
-    with pytest.raises(BeyondfitError, match=r"^buffer\.width=11: the checkpoint's replay buffer "
-                                             r"holds rows of other transitions"):
-        collector().load_state_dict(state)
-
-
 def test_the_saved_state_itself_loads(saved: dict[str, Any]) -> None:
     data = collector()
     data.load_state_dict(copy.deepcopy(saved))
