@@ -322,16 +322,16 @@ def test_trial_breaks_runs_its_kinds_of_case(tmp_path: Path,
     assert (tmp_path / "table.md").read_text().startswith("# Issue 29's adversarial trial")
 
 
-def test_reading_path_counts_every_span_and_stays_a_third_of_the_issues_900_lines(
+def test_reading_path_counts_every_span_and_reports_each_algorithms_total(
         capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    """``python bench/reading.py``: issue 31 asked that reading SAC from its config to its
-    optimizers take at most a third of the ~900 lines it took then. Every span the script names
-    still exists (a renamed definition is an error, not a silent zero), its totals add up, and
-    SAC's path stays at or under 300 lines."""
+    """``python bench/reading.py``: how many lines a reader reads from an algorithm's config to
+    its optimizer steps (SAC, TD3, DQN from pixels). Every span the script names still exists
+    (a renamed definition is an error, not a silent zero) and its totals add up; the counts are
+    reported, not held to a bound (a bound cost commits that only moved lines around)."""
     import subprocess
 
     reading = _load("reading")
-    for algo in ("sac", "td3"):
+    for algo in ("sac", "td3", "dqn-pixels"):
         assert reading.main(["--algo", algo]) == 0
         text = capsys.readouterr().out
         total = next(line for line in text.splitlines() if line.startswith("| **"))
@@ -339,8 +339,6 @@ def test_reading_path_counts_every_span_and_stays_a_third_of_the_issues_900_line
         rows = reading.count(reading.PATHS[algo])
         assert (lines, code) == (sum(r[2] for r in rows), sum(r[3] for r in rows))
         assert all(r[2] >= r[3] > 0 for r in rows)
-        if algo == "sac":
-            assert lines <= 300, text
     with pytest.raises(SystemExit, match="no definition 'nosuch'"):
         reading.count([("beyondfit/rl/algos/algorithm.py", ["nosuch"])])
     with pytest.raises(SystemExit, match=r"git cannot show conf/algo/sac\.yaml at 0000000"):
