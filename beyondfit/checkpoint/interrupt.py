@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.core.evaluation import EvaluationInterrupted
 
 if TYPE_CHECKING:
     from beyondfit import Checkpointer
@@ -78,6 +79,7 @@ class GracefulInterrupt(Callback):
         self.checkpointer = checkpointer
         self.signals = tuple(signals)
         self.received: signal.Signals | None = None
+        self._engine: Engine | None = None  # the engine being fitted (is it evaluating?)
         self._previous: dict[signal.Signals, Any] = {}
 
     # ------------------------------------------------------------------ handlers
@@ -109,15 +111,24 @@ class GracefulInterrupt(Callback):
             os.write(2, f"\nbeyondfit: {sig.name} again: exiting now\n".encode())
             os._exit(EXIT_CODES.get(sig, 128 + signum))
         self.received = sig
+        engine = self._engine
+        evaluating = engine is not None and engine.evaluation.running
+        what = "stopping the evaluation" if evaluating else "finishing the current step"
         os.write(
             2,
-            f"\nbeyondfit: {sig.name} received: finishing the current step, then saving a "
-            f"checkpoint ({sig.name} again exits at once)\n".encode(),
+            f"\nbeyondfit: {sig.name} received: {what}, then saving a checkpoint "
+            f"({sig.name} again exits at once)\n".encode(),
         )
+        if evaluating:
+            # An evaluation changes no training state and may run long (games of a policy
+            # that stalls): it ends here, and the run stops as after a step.
+            engine.interrupted, engine.should_stop = sig.name, True
+            raise EvaluationInterrupted(sig.name)
 
     # ------------------------------------------------------------------ hooks
     def on_fit_start(self, engine: Engine) -> None:
         """Install the handlers (if not already) and check the callback order."""
+        self._engine = engine
         if self.checkpointer is not None and self.checkpointer in engine.callbacks:
             if engine.callbacks.index(self) < engine.callbacks.index(self.checkpointer):
                 raise BeyondfitError(
@@ -135,6 +146,7 @@ class GracefulInterrupt(Callback):
     def on_fit_end(self, engine: Engine, history: list[dict[str, float]]) -> None:
         """Restore the handlers; after a signal, raise :class:`TrainingInterrupted`."""
         self.restore()
+        self._engine = None
         if self.received is None:
             return
         sig, self.received = self.received, None

@@ -19,6 +19,14 @@ from beyondfit.core.strategy import Strategy
 from beyondfit.core.update import Update
 
 
+class EvaluationInterrupted(BaseException):
+    """A stop signal came during an evaluation (``GracefulInterrupt`` raises it then, from its
+    handler): the evaluation ends where it is, unscored, and the run stops as it does after a
+    step, saving what it has. An evaluation changes no training state, so nothing is lost. A
+    ``BaseException``, as ``KeyboardInterrupt`` is: code that reports an env's or a user's
+    errors (``except Exception``) lets it through."""
+
+
 class Evaluation:
     """What :meth:`Engine.evaluate <beyondfit.core.engine.Engine.evaluate>` does.
 
@@ -39,6 +47,8 @@ class Evaluation:
         self.strategy = strategy
         self.train_metrics = train_metrics
         self.metrics = MetricTracker()
+        #: An evaluation is in progress (what a stop signal's handler asks).
+        self.running = False
         # Under DDP, the values are reduced over all ranks (a collective at compute time).
         self.metrics.reducer = reducer
         self.device = device
@@ -59,6 +69,7 @@ class Evaluation:
         saved = self.train_metrics.set_aside()
         self.metrics.reset()
         self.metrics.objects.clear()
+        self.running = True
         try:
             with torch.inference_mode():
                 if callable(data) and not isinstance(data, Iterable):
@@ -71,6 +82,7 @@ class Evaluation:
                     if not raw:
                         raise BeyondfitError(no_val_batches(data))
         finally:
+            self.running = False
             self.metrics.reset()
             MetricTracker.bring_back(saved)
             model.train(was_training)

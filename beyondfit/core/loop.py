@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import overrides
 from beyondfit.core.errors import BeyondfitError, no_train_batches
+from beyondfit.core.evaluation import EvaluationInterrupted
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -100,6 +101,8 @@ class EpochLoop:
         logs = train_logs(engine)
         if self.val_data is not None and state.evaluated_at != state.global_step:
             self.evaluate()  # every history row carries current val_ values
+            if engine.interrupted:
+                return  # stopped in that evaluation: the epoch stays open
         logs.update(engine.last_val)
         logs["epoch"] = float(state.epoch + 1)
         logs["step"] = float(state.global_step)
@@ -117,13 +120,21 @@ class EpochLoop:
             return False
 
     def evaluate(self) -> None:
-        """Score ``val_data``, step the plateau schedulers on it, then ``on_eval_end``."""
+        """Score ``val_data``, step the plateau schedulers on it, then ``on_eval_end``. A stop
+        signal during it (:class:`EvaluationInterrupted`, a confirming evaluation's in
+        ``on_eval_end`` included) ends it unscored: the run stops as after a step, its epoch
+        left open, and a resume evaluates again."""
         engine = self.engine
-        engine.last_val = engine.evaluate(self.val_data)
-        for update in engine.updates:
-            if update.plateau:
-                update.scheduler.step(update.tracked.read(engine.last_val))  # type: ignore[union-attr]
-        self.emit("on_eval_end", engine.last_val)
+        try:
+            values = engine.evaluate(self.val_data)
+            for update in engine.updates:
+                if update.plateau:
+                    update.scheduler.step(update.tracked.read(values))  # type: ignore[union-attr]
+            engine.last_val = values
+            self.emit("on_eval_end", engine.last_val)
+        except EvaluationInterrupted:
+            engine.should_stop = True
+            engine.interrupted = engine.interrupted or "interrupted"
 
     def emit(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every callback, in order, with the engine."""

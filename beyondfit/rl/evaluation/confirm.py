@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback, StopRule
+from beyondfit.core.evaluation import EvaluationInterrupted
 from beyondfit.core.logs import count
 
 if TYPE_CHECKING:
@@ -107,7 +108,11 @@ class ConfirmingEvaluation(Callback):
             return
         self.training = dict(engine.last_val)
         if self.result is None or self.result["step"] != engine.global_step:
-            self._confirm(engine)
+            try:
+                self._confirm(engine)
+            except EvaluationInterrupted:  # a stop signal: a resume confirms again
+                self.result = None
+                return
         assert self.result is not None
         engine.last_val = {k: v for k, v in self.result.items() if k.startswith("val_")}
 

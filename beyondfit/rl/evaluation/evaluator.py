@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,6 +14,12 @@ from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.rl.envs.vector import WrapperFn, env_error, greedy_policy, make_vector_env
 from beyondfit.rl.nets.policies import ActorCritic
+
+#: The steps an evaluation episode may take when its env has no time limit of its own: the
+#: Atari protocol's 27,000 agent steps (108,000 frames; Machado et al. 2018).
+EPISODE_CAP = 27_000
+
+log = logging.getLogger("beyondfit.rl")
 
 
 class GreedyEvaluator:
@@ -29,8 +36,11 @@ class GreedyEvaluator:
         progress: optional zero-argument callable (e.g. the collector's env-step count) recorded
             with each result in :attr:`history`.
         wrappers: wrapper factories applied to each env copy, as in training.
-        max_steps: an episode still running after this many steps is an error (a greedy
-            policy on an env without a time limit could otherwise run forever).
+        max_steps: the cap of an episode's steps (``None``: the env's registered time limit
+            if it has one, else :data:`EPISODE_CAP`, the Atari protocol's 27,000 agent steps):
+            an episode still running then ends there, counted as truncated with the return
+            it had, and the result says how many did (``val_capped``), so a policy that stalls
+            in a game without a time limit (MinAtar's) never stops the run from ending.
         env_kwargs: keyword arguments of each copy's ``gym.make``, as in training.
         key: the config key ``episodes`` came from, for an error about it.
         epsilon: the chance of a uniformly random action at each step (``Discrete`` actions;
@@ -45,7 +55,7 @@ class GreedyEvaluator:
         seed: int = 0,
         progress: Callable[[], int] | None = None,
         wrappers: Sequence[WrapperFn] = (),
-        max_steps: int = 100_000,
+        max_steps: int | None = None,
         env_kwargs: Mapping[str, Any] | None = None,
         key: str = "task.eval_episodes",
         epsilon: float = 0.0,
@@ -56,7 +66,9 @@ class GreedyEvaluator:
                                           example="task.eval_epsilon=0.001"))
         self.envs = make_vector_env(env_id, episodes, wrappers, env_kwargs=env_kwargs, key=key,
                                     pool=False)
-        self.env_id, self.max_steps = env_id, max_steps
+        self.env_id = env_id
+        limit = getattr(self.envs.spec, "max_episode_steps", None) if max_steps is None else None
+        self.max_steps = int(max_steps or limit or EPISODE_CAP)
         space = self.envs.single_action_space
         if self.epsilon and not isinstance(space, gym.spaces.Discrete):
             self.envs.close()
@@ -88,7 +100,13 @@ class GreedyEvaluator:
         # Envs that report their own episodes (RecordEpisodeStatistics: an Atari game over all
         # its lives, unclipped) are scored by those reports, not the wrapped env's episodes.
         reports = getattr(self.envs, "reports_episodes", False)
+        capped = np.zeros(self.episodes, dtype=bool)
         while running.any():
+            if lengths.max() >= self.max_steps:  # the cap: the episodes still running end here
+                capped = running.copy()
+                if reports:  # their game's score so far, as its report would have given it
+                    returns[capped] = np.asarray(self.envs.get_attr("episode_returns"))[capped]
+                break
             try:
                 obs, reward, term, trunc, info = self.envs.step(act(obs))
             except Exception as exc:
@@ -104,12 +122,6 @@ class GreedyEvaluator:
                 continue
             returns += reward * running
             running &= ~(term | trunc)
-            if running.any() and lengths.max() >= self.max_steps:
-                raise BeyondfitError(
-                    f"a greedy evaluation episode of {self.env_id!r} ran {self.max_steps} "
-                    "steps without ending: give the env a time limit (max_episode_steps= "
-                    "in gymnasium.register, or a gymnasium.wrappers.TimeLimit wrapper)"
-                )
         self.seconds += time.perf_counter() - start
         if not np.isfinite(returns.astype(np.float32)).all():
             raise BeyondfitError(
@@ -117,6 +129,11 @@ class GreedyEvaluator:
                 f"greedy evaluation (returns {returns.tolist()[:4]}); clip or rescale its reward"
             )
         result = {"val_return": float(returns.mean()), "val_length": float(lengths.mean())}
+        if capped.any():
+            result["val_capped"] = float(capped.sum())
+            log.warning("evaluation: %d of %d episodes of %s reached the cap of %d steps and "
+                        "count as truncated, with the return they had", int(capped.sum()),
+                        self.episodes, self.env_id, self.max_steps)
         entry = dict(result)
         if self.progress is not None:
             entry["env_steps"] = float(self.progress())
