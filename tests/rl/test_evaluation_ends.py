@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from beyondfit.rl.evaluation.evaluator import EPISODE_CAP, GreedyEvaluator
+
 from kit import CORRIDOR_ENV, QUIET, ROOT, cli
 
 
