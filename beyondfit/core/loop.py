@@ -79,7 +79,7 @@ class EpochLoop:
         engine = self.engine
         step = engine.state.global_step
         if step % engine.log_every == 0:
-            self.emit("on_log", train_logs(engine))
+            self.emit("on_log", train_logs(engine, interval=True))
         if self.val_data is not None and self.eval_every and step % self.eval_every == 0:
             self.evaluate()
             engine.state.evaluated_at = step
@@ -142,12 +142,13 @@ class EpochLoop:
             getattr(callback, hook)(self.engine, *args)
 
 
-def train_logs(engine: Engine) -> dict[str, float]:
-    """The tracked means, each optimizer's learning rate, and what the training data reports
+def train_logs(engine: Engine, interval: bool = False) -> dict[str, float]:
+    """The tracked means (the epoch's; with ``interval``, since the last log row: what a log
+    row describes), each optimizer's learning rate, and what the training data reports
     about itself: a data source's ``metrics() -> {name: float}`` (a collector's ``env_steps``,
-    episode returns); under DDP the names in its ``metric_totals`` are summed over ranks, the
-    others averaged."""
-    logs = engine.train_metrics.compute()
+    episode returns since the last row); under DDP the names in its ``metric_totals`` are
+    summed over ranks, the others averaged."""
+    logs = engine.train_metrics.compute(interval=interval)
     for update in engine.updates:
         logs[update.prefix + "lr"] = update.lr()
     report = getattr(engine.train_data, "metrics", None)

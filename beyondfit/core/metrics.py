@@ -45,6 +45,9 @@ class MetricTracker:
         # Metric objects' states from a checkpoint, merged into each object when the closure
         # first returns it after a resume (the tracker cannot reach them before).
         self._pending: dict[str, dict[str, Any]] = {}
+        # The sums and counts at the last log row: an interval's mean is the difference.
+        self._marks: dict[str, torch.Tensor] = {}
+        self._marked: dict[str, int] = {}
 
     def update(self, logs: Mapping[str, Any]) -> None:
         """Add one step's entries (already validated as scalars or metric objects)."""
@@ -103,26 +106,34 @@ class MetricTracker:
         if hasattr(metric, "_update_count"):  # torchmetrics counts updates for compute()
             metric._update_count += int(state.get("updates", 0))
 
-    def compute(self) -> dict[str, float]:
-        """Means (sums for :attr:`totals`) since the last reset, as floats (one host sync).
+    def compute(self, interval: bool = False) -> dict[str, float]:
+        """Means (sums for :attr:`totals`) since the last reset, as floats (one host sync);
+        with ``interval``, since the last ``compute(interval=True)`` (a log row's: what
+        happened between two rows), and the mark moves here. Metric objects hold one state
+        per epoch: their values are the epoch's so far either way.
 
         Names with no updates and metric objects never updated are left out rather than
         reported as NaN: an empty interval has no value.
         """
         logs: dict[str, float] = {}
         objects = self.objects
+        sums, counts = self._sums, self._counts
+        if interval:
+            marks, marked = self._marks, self._marked
+            sums = {n: v - marks[n] if n in marks else v for n, v in self._sums.items()
+                    if self._counts[n] > marked.get(n, 0)}
+            counts = {n: self._counts[n] - marked.get(n, 0) for n in sums}
+            self._marks = {n: v.clone() for n, v in self._sums.items()}
+            self._marked = dict(self._counts)
         if self.reducer is not None:
             updated = {n: getattr(m, "update_count", 1) != 0 for n, m in self.objects.items()}
-            reduced, active = self.reducer(self._sums, self._counts, self.totals, updated)
+            reduced, active = self.reducer(sums, counts, self.totals, updated)
             logs.update(reduced)
             objects = {n: self.objects[n] for n in active}
-        elif self._sums:
-            names = list(self._sums)
-            devices = {self._sums[n].device for n in names}
-            means = [
-                self._sums[n] if n in self.totals else self._sums[n] / self._counts[n]
-                for n in names
-            ]
+        elif sums:
+            names = list(sums)
+            devices = {sums[n].device for n in names}
+            means = [sums[n] if n in self.totals else sums[n] / counts[n] for n in names]
             if len(devices) == 1:
                 values = torch.stack(means).tolist()
             else:
@@ -146,6 +157,8 @@ class MetricTracker:
         """Forget every sum and reset every metric object seen so far."""
         self._sums.clear()
         self._counts.clear()
+        self._marks.clear()
+        self._marked.clear()
         self._pending.clear()
         for metric in self.objects.values():
             metric.reset()
@@ -188,7 +201,8 @@ class MetricTracker:
         # Objects not seen since the resume (no step yet) keep their checkpointed state.
         objects = {**self._pending, **objects}
         return {"sums": {k: v.cpu() for k, v in self._sums.items()}, "counts": dict(self._counts),
-                "objects": objects}
+                "objects": objects, "marks": {k: v.cpu() for k, v in self._marks.items()},
+                "marked": dict(self._marked)}
 
     def load_state_dict(self, state: Mapping[str, Any], device: torch.device) -> None:
         """Restore what :meth:`state_dict` returned, placing sums on ``device``; each metric
@@ -200,8 +214,18 @@ class MetricTracker:
         if not isinstance(counts, Mapping) or not all(
                 isinstance(k, str) and is_count(v) for k, v in counts.items()):
             raise fail("counts", counts, "a mapping of names to counts")
+        marks, marked = state.get("marks", {}), state.get("marked", {})
+        if not isinstance(marks, Mapping) or not all(
+                k in sums and isinstance(v, torch.Tensor) and v.shape == sums[k].shape
+                for k, v in marks.items()):
+            raise fail("marks", marks, "a mapping of tracked names to tensors like their sums")
+        if not isinstance(marked, Mapping) or set(marked) != set(marks) or not all(
+                is_count(v) and v <= counts[k] for k, v in marked.items()):
+            raise fail("marked", marked, "a count per marked name, at most its count")
         self._sums = {k: v.to(device) for k, v in state["sums"].items()}
         self._counts = dict(state["counts"])
+        self._marks = {k: v.to(device) for k, v in marks.items()}
+        self._marked = dict(marked)
         self._pending = {str(k): dict(v) for k, v in dict(state.get("objects") or {}).items()}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import dataclasses
 from collections import namedtuple
 
@@ -465,3 +466,33 @@ def test_empty_training_data_is_a_clear_error() -> None:
     engine = Engine(model, mse, torch.optim.SGD(model.parameters(), 0.1), device="cpu")
     with pytest.raises(BeyondfitError, match="no batches"):
         engine.fit([])
+
+
+def test_log_rows_hold_the_interval_since_the_last_row_and_epoch_rows_the_epochs_mean(
+        tmp_path) -> None:
+    """Issue 58: a value logged every 2 steps describes those 2 steps (k = 1..10 logs 1.5,
+    3.5, ...), not the running mean from the epoch's start (1.5, 2.5, ...); the epoch row
+    keeps the epoch's mean, as Keras and Lightning report it; metrics.jsonl holds the same."""
+    from beyondfit import MetricsFile
+
+    model = torch.nn.Linear(1, 1)
+    steps = iter(range(1, 11))
+
+    def loss_fn(m, batch):
+        return {"loss": (m(batch) ** 2).mean(), "k": torch.tensor(float(next(steps)))}
+
+    seen = []
+
+    class Rows(Callback):
+        def on_log(self, engine, logs):
+            seen.append(logs["k"])
+
+    engine = Engine(model, loss_fn, torch.optim.SGD(model.parameters(), 0.0), device="cpu",
+                    log_every=2, callbacks=[Rows(), MetricsFile(tmp_path / "metrics.jsonl")])
+    history = engine.fit([torch.ones(1, 1)] * 10, epochs=1, verbose=False)
+    intervals = [(k + k + 1) / 2 for k in range(1, 11, 2)]  # by hand: each pair's mean
+    assert seen == intervals == [1.5, 3.5, 5.5, 7.5, 9.5]
+    assert history[-1]["k"] == 5.5
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["k"] for r in rows if r["kind"] == "train"] == intervals
+    assert [r["k"] for r in rows if r["kind"] == "epoch"] == [5.5]
