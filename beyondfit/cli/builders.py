@@ -190,7 +190,7 @@ def _task_name(cfg: DictConfig) -> str:
     return target.rsplit(".", 2)[-2] if target.count(".") >= 2 else target
 
 
-_PROGRESS_KEYS = ("bar", "refresh", "every", "metrics")
+_PROGRESS_KEYS = ("bar", "refresh", "every", "interval", "metrics")
 
 
 def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
@@ -223,6 +223,7 @@ def output_callbacks(cfg: DictConfig, run_dir: Path) -> list[Callback]:
             bar=bar,
             every=int(progress.get("every") or max(1, epochs // 20)),
             refresh=progress.get("refresh", 0.5),
+            interval=progress.get("interval", 60.0),
             max_steps=train.get("max_steps"),
             metrics=list(metrics) if metrics else None,
         )

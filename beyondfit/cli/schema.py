@@ -105,6 +105,8 @@ class ProgressConfig:
     bar: Any = field(default=MISSING, metadata=_option("progress_callback.bar"))
     refresh: float = field(default=MISSING, metadata=_option("progress_callback.refresh"))
     every: Optional[int] = field(default=MISSING, metadata=_option("progress_callback.every"))
+    interval: Optional[float] = field(default=MISSING,
+                                      metadata=_option("progress_callback.interval"))
     metrics: Optional[list[str]] = MISSING
 
 

@@ -57,14 +57,48 @@ class ConsoleLogger(Callback):
 
     rank_zero_only = True  # under DDP: one writer (rank 0), not one per rank
 
-    def __init__(self, epochs: int | None = None, every: int = 1) -> None:
+    #: Seconds between progress lines inside an epoch when no bar is drawn (stdout is a file,
+    #: a job's log): SB3's logger prints at an interval too, so a long run is never silent.
+    PROGRESS_SECONDS = 60.0
+
+    def __init__(self, epochs: int | None = None, every: int = 1,
+                 progress_seconds: float | None = PROGRESS_SECONDS) -> None:  # fmt: skip
         self.epochs = epochs
         self.every = max(1, int(every))
+        self.progress_seconds = progress_seconds
         self._start = time.perf_counter()
+        self._last: tuple[float, int, float | None] = (self._start, 0, None)
 
     def on_fit_start(self, engine: Engine) -> None:
         """Start the clock."""
         self._start = time.perf_counter()
+        self._last = (self._start, engine.global_step, None)
+
+    def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
+        """Every ``progress_seconds`` (at a log row): ``step N (R/s) - env_steps E (R/s) -
+        KEY VALUES - ETA``, from the row's values, so a run whose output is a file still says
+        how far it is and how fast it goes."""
+        if self.progress_seconds is None:
+            return
+        now = time.perf_counter()
+        since, step, env_steps = self._last
+        if now - since < self.progress_seconds:
+            return
+        seconds, done = now - since, engine.global_step - step
+        parts = [f"step {engine.global_step} ({done / seconds:.1f}/s)"]
+        count = logs.get("env_steps")
+        if count is not None:
+            rate = "" if env_steps is None else f" ({(count - env_steps) / seconds:.0f}/s)"
+            parts.append(f"env_steps {int(count)}{rate}")
+        shown = {k: v for k, v in logs.items() if k in _key_metrics(logs) or k == "epsilon"}
+        if shown:
+            parts.append(format_logs(shown))
+        total = planned_steps(engine, self.epochs)
+        if total and done:
+            left = (total - engine.global_step) * seconds / done
+            parts.append(f"ETA {_duration(left)}")
+        log.info("%s", " - ".join(parts))
+        self._last = (now, engine.global_step, count)
 
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Print evaluations that happen inside an epoch (RL, long epochs)."""
@@ -86,6 +120,30 @@ class ConsoleLogger(Callback):
         total = f"/{self.epochs}" if self.epochs else ""
         log.info("epoch %d%s - %s - %.1fs", epoch, total, format_logs(logs),
                  time.perf_counter() - self._start)
+
+
+def planned_steps(engine: Engine, epochs: int | None, max_steps: int | None = None
+                  ) -> int | None:  # fmt: skip
+    """The optimizer steps a fit will take, when its data has a length (``None`` otherwise)."""
+    if max_steps:
+        return int(max_steps)
+    try:
+        batches = len(engine.train_data)
+    except TypeError:  # a generator or a collector without a length
+        return None
+    if not epochs:
+        return None
+    return -(-batches // engine.accumulate) * int(epochs)  # a partial window still steps
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``12m``, ``3h05m``."""
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
 
 
 def wants_bar(bar: bool | str, stream: IO[str] | None = None) -> bool:
@@ -110,6 +168,7 @@ def progress_callback(
     max_steps: int | None = None,
     metrics: Sequence[str] | None = None,
     stream: IO[str] | None = None,
+    interval: float | None = ConsoleLogger.PROGRESS_SECONDS,
 ) -> ConsoleLogger:
     """The console callback for a run: a :class:`ProgressBar` in a terminal, else a ConsoleLogger.
 
@@ -121,16 +180,18 @@ def progress_callback(
         max_steps: the run's step limit, if any (the bar's total).
         metrics: names shown beside the bar; ``None``: the loss and up to three more.
         stream: where the bar goes (default ``sys.stdout``, where Hydra's console log goes).
+        interval: without a bar, seconds between progress lines (``None``: none).
     """
     _check_refresh(refresh)
     check_option("progress_callback.every", every)
+    check_option("progress_callback.interval", interval)
     if wants_bar(bar, stream):
         return ProgressBar(
             epochs, every=every, refresh=refresh, max_steps=max_steps, metrics=metrics,
             stream=stream,
         )  # fmt: skip
     # No bar: the plain logger alone, so not even a no-op hook runs per step.
-    return ConsoleLogger(epochs=epochs, every=every)
+    return ConsoleLogger(epochs=epochs, every=every, progress_seconds=interval)
 
 
 @contextlib.contextmanager
@@ -240,16 +301,7 @@ class ProgressBar(ConsoleLogger):
         self._last_draw = time.monotonic()
 
     def _total(self, engine: Engine) -> int | None:
-        if self.max_steps:
-            return int(self.max_steps)
-        try:
-            batches = len(engine.train_data)
-        except TypeError:  # a generator or a rollout collector without a length
-            return None
-        if not self.epochs:
-            return None
-        per_epoch = -(-batches // engine.accumulate)  # a partial window still steps
-        return per_epoch * int(self.epochs)
+        return planned_steps(engine, self.epochs, self.max_steps)
 
     def on_epoch_start(self, engine: Engine) -> None:
         """Show the epoch being run."""

@@ -87,6 +87,7 @@ OPTIONS: dict[str, Rule] = {
     "progress_callback.bar": Rule(choices=("auto", True, False)),
     "progress_callback.refresh": Rule(above=0),
     "progress_callback.every": Rule(integer=True, at_least=1, allow_none=True),
+    "progress_callback.interval": Rule(above=0, allow_none=True),
 }
 
 

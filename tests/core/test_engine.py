@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import copy
-import json
 import dataclasses
+import json
 from collections import namedtuple
 
 import pytest

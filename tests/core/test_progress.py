@@ -229,3 +229,23 @@ def test_a_notebook_without_ipywidgets_gets_the_text_bar_alone(
     shown = capsys.readouterr().out
     assert "10/10" in shown and not re.search(r"epoch \d/2 - loss", shown)
     assert not [r for r in caplog.records if r.getMessage().startswith("epoch ")]
+
+
+@pytest.mark.e2e
+def test_without_a_terminal_a_long_run_prints_progress_lines(tmp_path) -> None:
+    """Issue 58: stdout a file, no bar: a line every ``progress.interval`` seconds with the
+    step and its rate, the env steps and theirs, the key values, epsilon, and the ETA."""
+    from kit import cli
+
+    done = cli("+task=cartpole", "algo=dqn", "task.total_env_steps=2500", "progress.interval=0.5",
+               "plots=false", "logger=[]", "task.eval_episodes=1", "task.confirm_episodes=1",
+               "engine.log_every=16", f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    assert len(lines) >= 2, done.stdout
+    num = r"[-\d.e]+"
+    assert re.fullmatch(rf"step \d+ \({num}/s\) - env_steps \d+ \(\d+/s\) - .*epsilon: {num}"
+                        rf".* - ETA \d+[smh].*", lines[-1]), lines[-1]
+    assert progress_callback(1, bar=False, interval=None).progress_seconds is None
+    with pytest.raises(BeyondfitError, match="interval"):
+        progress_callback(1, bar=False, interval=0)

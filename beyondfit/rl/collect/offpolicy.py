@@ -229,6 +229,11 @@ class ReplayCollector(EnvCollector):
         self._obs = next_obs
 
     # ------------------------------------------------------------------------------ checkpoint
+    def metrics(self) -> dict[str, float]:
+        """:meth:`EnvCollector.metrics`, and the exploration rule's values now (DQN's
+        ``epsilon``), so a run's log says how it explored."""
+        return {**super().metrics(), **self._exploration(self.env_steps)}
+
     def _exploration(self, env_steps: int) -> dict[str, float]:
         """The agent's exploration rule after ``env_steps`` (``{}``: nothing that changes)."""
         rule = getattr(self.agent, "exploration_state", None)
