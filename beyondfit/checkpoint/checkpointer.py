@@ -2,11 +2,14 @@
 
 :class:`Checkpointer` writes ``step-<global step>.pt`` files into ``RUN_DIR/checkpoints/``
 every ``every`` optimizer steps and when training ends, keeps the newest ``keep`` of them,
-and keeps ``best.pt``: the state at which a monitored metric was best. Every file is a
+and keeps ``best.pt``: the state at which a monitored metric was best. Every step file is a
 complete :meth:`~beyondfit.core.engine.Engine.state_dict` (model, optimizer, scheduler, grad
 scaler, counters, RNG states, data position, callback states such as the metrics file's row
-count) plus the resolved config, written atomically with a checksum: a kill at any moment
-leaves the previous file intact, and damage to a file is detected when it is read. A state
+count) plus the resolved config; ``best.pt`` is the same, less the state of a data source
+that says it is bulky (``bulky_state``: the replay collector's buffer, gigabytes of frames),
+since it keeps the model at its best. Every file is written atomically with a checksum: a
+kill at any moment leaves the previous file intact, and damage to a file is detected when it
+is read. A state
 with NaN or inf in the weights or the optimizer's state is never written (a warning says
 so): resuming would only bring the divergence back.
 
@@ -182,7 +185,7 @@ class Checkpointer(Callback):
         self._prune(keep_also=path)
         return path
 
-    def _write(self, engine: Engine, path: Path) -> bool:
+    def _write(self, engine: Engine, path: Path, data: bool = True) -> bool:
         # Never save poison: a file with NaN weights would be resumed from, and a resume
         # picks the newest file. One host sync per checkpoint, not per step.
         bad = nonfinite_entries(_weights(engine))
@@ -192,7 +195,7 @@ class Checkpointer(Callback):
                 "stay as they are", path.name, ", ".join(bad),
             )
             return False
-        engine.save(path, extra=self.extra)
+        engine.save(path, extra=self.extra, data=data)
         return True
 
     def _consider(self, logs: Mapping[str, float]) -> None:
@@ -212,10 +215,14 @@ class Checkpointer(Callback):
         return True
 
     def _save_best(self, engine: Engine, saved: Path | None) -> None:
+        # best.pt keeps the model at its best: a data source whose state is bulky (an RL
+        # replay's gigabytes of frames: ``bulky_state``) is left out of it. Otherwise the
+        # state just written is the same: a hard link costs no second write.
         target = self.directory / BEST_FILE
-        if saved is not None and _link_over(saved, target):
-            return  # the same state was just written: a hard link costs no second write
-        self._write(engine, target)
+        bulky = bool(getattr(engine.train_data, "bulky_state", False))
+        if not bulky and saved is not None and _link_over(saved, target):
+            return
+        self._write(engine, target, data=not bulky)
 
     def _prune(self, keep_also: Path) -> None:
         for old in step_checkpoints(self.directory)[self.keep :]:

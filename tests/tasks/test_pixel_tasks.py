@@ -226,3 +226,10 @@ def test_dqn_from_pixels_stores_each_frame_once_and_says_the_buffers_size(tmp_pa
     assert said and "stored once" in said[0], said  # its size in GB, first thing
     encoder = "minatar" if "minatar" in line else "auto"
     assert json.loads((run / "policy.json").read_text())["agent"]["encoder"] == encoder
+    # best.pt keeps the network at its best, not the replay (a resume's step file does)
+    from beyondfit.core.state.serialization import safe_load
+
+    best, last = safe_load(run / "checkpoints" / "best.pt"), safe_load(
+        sorted((run / "checkpoints").glob("step-*.pt"))[-1])
+    assert "data" not in best and "buffer" in last["data"]
+    assert (run / "checkpoints" / "best.pt").stat().st_size < 50 * 2**20

@@ -30,8 +30,10 @@ class Checkpointable:
     engine, relying on the attributes it sets up (model, updates, counters, metrics, RNG,
     the data position and the callbacks' own states)."""
 
-    def state_dict(self) -> dict[str, Any]:
-        """Everything needed to continue exactly: weights, optimizers, counters, RNG, data."""
+    def state_dict(self, data: bool = True) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimizers, counters, RNG, data
+        (``data=False``: all but the training data's own state, a replay buffer's contents
+        say, for a file that keeps the model rather than the run's position)."""
         state: dict[str, Any] = {
             "model": self.model.state_dict(),
             "updates": {u.name: u.state_dict() for u in self.updates},
@@ -45,7 +47,7 @@ class Checkpointable:
         if self.precision.scaler is not None:
             state["scaler"] = self.precision.state_dict()
         data_state = getattr(self.train_data, "state_dict", None)
-        if callable(data_state):
+        if data and callable(data_state):
             state["data"] = data_state()
         state["callbacks"] = {
             state_key(cb): cb.state_dict()
@@ -126,9 +128,11 @@ class Checkpointable:
         with _part("data"):  # the next fit goes on from here (core/state/position.py)
             self.position.restored(state.get("stopped_by"), state.get("data"), self.train_data)
 
-    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None) -> Path:
-        """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically."""
-        state = self.state_dict()
+    def save(self, path: str | Path, extra: Mapping[str, Any] | None = None,
+             data: bool = True) -> Path:
+        """Write :meth:`state_dict` (plus ``extra``, e.g. the resolved config) atomically;
+        ``data=False`` leaves the training data's state out (see :meth:`state_dict`)."""
+        state = self.state_dict(data=data)
         if extra:
             state.update(extra)
         return atomic_save(state, path)

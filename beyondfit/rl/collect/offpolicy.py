@@ -98,6 +98,9 @@ class ReplayCollector(EnvCollector):
     """
 
     split = ("total_env_steps", "learning_starts")
+    #: The buffer makes this state large: ``best.pt``, which keeps the model at its best,
+    #: leaves it out (the step files a resume reads carry it).
+    bulky_state = True
 
     def __init__(self, envs: VectorEnv, agent: ExploringAgent, *, total_env_steps: int,
                  buffer_size: int = 1_000_000, batch_size: int = 256, learning_starts: int = 100,
