@@ -8,7 +8,8 @@
     python bench/atari.py --table                            # the tables from the kept files
     python bench/atari.py --suite minatar --table
     python bench/atari.py --suite minatar-aux    # issue 45: PPO with each auxiliary loss
-    python bench/atari.py --suite atari100k      # issue 45: DQN on Atari 100k, with and without
+    python bench/atari.py --suite atari100k      # issue 57: DrQ(eps), DER, SPR on Atari 100k
+    python bench/atari.py --suite atari100k --adopt RUN_DIR beyondfit-drqeps assault 1
 
 The smoke checks (``tests/bench/test_atari_bench.py`` runs these lines as typed here, into a
 temporary folder instead of /tmp/pixels):
@@ -18,7 +19,8 @@ temporary folder instead of /tmp/pixels):
   python bench/atari.py --suite minatar-aux --budget 2048 --results /tmp/pixels \\
       --run beyondfit-ppo-self_prediction breakout 1
   python bench/atari.py --suite atari100k --budget 1700 --results /tmp/pixels \\
-      --run beyondfit-dqn-shift breakout 1
+      --override task.confirm_episodes=2 --override task.eval_episodes=1 \\
+      --run beyondfit-drqeps breakout 1
   python bench/atari.py --suite minatar --budget 600 --results /tmp/pixels \\
       --run sb3-dqn-n3 breakout 1
 
@@ -94,10 +96,19 @@ table gives each variant's per-seed returns, their IQM with a 95% bootstrap inte
 (``beyondfit.cli.intervals``, as ``python -m beyondfit.compare`` computes it), the confirming
 greedy evaluation and CPU time against ``none``.
 
-**Atari-100k suite** (self-supervision inside RL, the data-efficient benchmark): beyondfit DQN
-with ``+experiment=atari100k`` on ``ALE/Breakout-v5`` (no sticky actions), 100,000 agent
-steps, seed 1, with ``task.aux`` none, ``shift`` (DrQ) and ``self_prediction``; the table
-puts the published per-game means beside it (``PUBLISHED_100K``).
+**Atari-100k suite** (the data-efficient benchmark, issue 57): each preset run as its paper
+ran it, ``+experiment=PRESET task.env=ALE/GAME-v5 seed=S`` (``PRESETS_100K``: DrQ(eps)
+``atari100k``, DER ``atari100k_der``, SPR ``atari100k_spr``), 100,000 agent steps, scored by
+the protocol: the run's confirming evaluation, 100 full games of unclipped score with up to
+30 no-op starts and the 27,000-step cap, epsilon 0.001 (``result.json``). The table puts each
+run among the published 100 runs of the agent its preset follows (its percentile; the score
+files in ``bench/data/atari100k/``, Agarwal et al. 2021's), gives human-normalized scores
+(HNS), and the IQM of our runs' HNS over the games and seeds run, with a 95% stratified
+bootstrap interval, beside the published agent's IQM over the same games from the same files.
+A run is resumable: killed (a session's end), ``--run`` again continues its run directory
+(``resume=``, bitwise) and adds the segment's CPU time to the earlier ones'; a run started by
+hand is taken in with ``--adopt RUN_DIR METHOD GAME SEED`` (its CPU from GNU time's
+``time-*.txt`` files beside it, if any).
 
 A beyondfit run is read from its run directory: ``metrics.jsonl``'s ``kind: train`` rows
 (``env_steps``; ``episode_return_100`` if the task logs a mean of the last 100 episodes,
@@ -180,7 +191,8 @@ SUITES: dict[str, dict[str, Game]] = {
                 "asterix": Game("asterix", "MinAtar/Asterix-v1")},
     "minatar-aux": {"breakout": Game("breakout", "MinAtar/Breakout-v1"),
                     "space_invaders": Game("space_invaders", "MinAtar/SpaceInvaders-v1")},
-    "atari100k": {"breakout": Game("breakout", "ALE/Breakout-v5")},
+    "atari100k": {g.lower(): Game(g.lower(), f"ALE/{g}-v5")
+                  for g in ("Assault", "Jamesbond", "Krull", "Boxing", "Breakout")},
 }
 #: What each suite's beyondfit runs select on the command line. (1) Gymnasium's wrappers, as
 #: CleanRL and SB3 step them (and as seeds 1-2 were measured): envpool, which ``auto`` picks
@@ -195,11 +207,15 @@ SUITE_TASK = {"atari": ["+task=atari", "task.vectorization=sync",  # (1)
                         "task.confirm_episodes=0"],  # (2)
               "minatar": ["+task=minatar"],
               "minatar-aux": ["+task=minatar"],
-              "atari100k": ["+experiment=atari100k"]}  # the Atari task and DQN in it
-#: Atari 100k per-game means of 100 runs each (Agarwal et al. 2021's released scores, as
-#: ../shared/PRIOR_ART.md section 7.8 computed them; eval with epsilon 0.001, no sticky actions).
-PUBLISHED_100K = {"breakout": {"DrQ(eps)": 19.8, "SPR": 19.6, "CURL": 2.6, "random": 1.7,
-                               "human": 30.5}}
+              "atari100k": []}  # each method's preset (PRESETS_100K) is the whole task
+#: Atari 100k: method -> (the preset, the published agent it follows: its score file in
+#: DATA_100K, ``None`` where no per-run file was published: DER's 2019 table is a mean).
+PRESETS_100K = {"beyondfit-drqeps": ("atari100k", "DrQ_eps"),
+                "beyondfit-der": ("atari100k_der", None),
+                "beyondfit-spr": ("atari100k_spr", "SPR")}
+#: Agarwal et al. 2021's per-run Atari 100k scores (100 runs a game) and the random and human
+#: references, copied from ../shared/data/atari100k/ (its README beside them).
+DATA_100K = ROOT / "bench" / "data" / "atari100k"
 #: The auxiliary losses the ``minatar-aux`` suite compares (``task.aux=[NAME]``), none first.
 AUX_VARIANTS = ("none", "shift", "reconstruction", "self_prediction")
 #: suite -> method -> (label, default budget, default seeds, games run by default).
@@ -222,13 +238,10 @@ METHODS: dict[str, dict[str, tuple[str, int, tuple[int, ...], tuple[str, ...]]]]
                           ("breakout", "space_invaders")),
     },
     "atari100k": {
-        f"beyondfit-dqn-{aux}": (
-            f"beyondfit `+experiment=atari100k task.aux=[{'' if aux == 'none' else aux}]`",
-            100_000,
-            (1,),
-            ("breakout",),
-        )
-        for aux in ("none", "shift", "self_prediction")
+        "beyondfit-drqeps": ("DrQ(eps) `+experiment=atari100k`", 100_000, (1, 2),
+                             ("assault", "jamesbond", "krull", "boxing")),
+        "beyondfit-der": ("DER `+experiment=atari100k_der`", 100_000, (1, 2), ("assault",)),
+        "beyondfit-spr": ("SPR `+experiment=atari100k_spr`", 100_000, (1, 2), ("boxing",)),
     },
     "minatar-aux": {
         f"beyondfit-ppo-{aux}": (f"beyondfit PPO, `task.aux=[{'' if aux == 'none' else aux}]`",
@@ -243,8 +256,7 @@ BASELINE = {
     "minatar": {"sb3-ppo": "sb3-ppo", "sb3-dqn": "sb3-dqn", "sb3-dqn-n3": "sb3-dqn",
                 "beyondfit-ppo": "sb3-ppo", "beyondfit-dqn": "sb3-dqn"},
     "minatar-aux": {f"beyondfit-ppo-{aux}": "beyondfit-ppo-none" for aux in AUX_VARIANTS},
-    "atari100k": {f"beyondfit-dqn-{aux}": "beyondfit-dqn-none"
-                  for aux in ("none", "shift", "self_prediction")},
+    "atari100k": {m: "beyondfit-drqeps" for m in PRESETS_100K},
 }
 BASE_NAME = {"atari": "CleanRL", "minatar": "SB3"}
 LAST = 100  # training episodes averaged for a run's return
@@ -510,11 +522,71 @@ def run_beyondfit(suite: str, method: str, game: Game, seed: int, budget: int, w
     return {**measured, **read_beyondfit(run_dir), "command": " ".join(["python", *cmd[1:-1]])}
 
 
+def preset_command(method: str, game: Game, seed: int, budget: int, run_dir: Path,
+                   overrides: list[str]) -> list[str]:  # fmt: skip
+    """An Atari 100k run's command line: the method's preset, the game, the seed (and, for a
+    run directory that has a checkpoint, ``resume=``: a run cut short continues bitwise)."""
+    preset = PRESETS_100K[method][0]
+    resume = [f"resume={run_dir}"] if list(run_dir.glob("checkpoints/step-*.pt")) else []
+    return [sys.executable, "-m", "beyondfit", f"+experiment={preset}", f"task.env={game.env}",
+            f"seed={seed}", f"task.total_env_steps={budget}", *overrides, "threads=1",
+            "plots=false", f"hydra.run.dir={run_dir}", *resume]
+
+
+def run_preset(suite: str, method: str, game: Game, seed: int, budget: int, work: Path,
+               args: argparse.Namespace) -> dict:  # fmt: skip
+    """One Atari 100k run, resumable: each segment's CPU, wall and RSS appended to
+    ``segments.jsonl`` in its work folder; the result sums them and reads the run directory."""
+    run_dir = work / "run"
+    cmd = preset_command(method, game, seed, budget, run_dir, list(args.override or ()))
+    measured = timed(cmd, ROOT, work / f"log-{time.strftime('%Y%m%d-%H%M%S')}.txt")
+    with (work / "segments.jsonl").open("a") as out:
+        out.write(json.dumps(measured) + "\n")
+    return {**segments(work), **read_protocol(run_dir),
+            "command": " ".join(["python", *cmd[1:-1]]).replace(f" resume={run_dir}", "")}
+
+
+def segments(work: Path) -> dict:
+    """CPU and wall seconds summed over a run's segments, the largest peak RSS: from
+    ``segments.jsonl`` (bench runs) and GNU time's ``time-*.txt`` (a run started by hand)."""
+    parts = [json.loads(line) for line in (work / "segments.jsonl").read_text().splitlines()
+             ] if (work / "segments.jsonl").exists() else []
+    for path in sorted(work.glob("time-*.txt")):
+        text = path.read_text()
+        if "Elapsed (wall clock)" not in text:  # a segment still running, or killed
+            continue
+        clock = _gnu_time(text, "Elapsed (wall clock) time (h:mm:ss or m:ss): ")
+        wall = sum(float(x) * 60**i for i, x in enumerate(reversed(clock.split(":"))))
+        cpu = float(_gnu_time(text, "User time (seconds): ")) + float(
+            _gnu_time(text, "System time (seconds): "))
+        rss = float(_gnu_time(text, "Maximum resident set size (kbytes): ")) / 1024
+        parts.append({"cpu_seconds": cpu, "wall_seconds": wall, "peak_rss_mib": rss})
+    return {"cpu_seconds": sum(p["cpu_seconds"] for p in parts),
+            "wall_seconds": sum(p["wall_seconds"] for p in parts),
+            "peak_rss_mib": max((p["peak_rss_mib"] for p in parts), default=0.0),
+            "segments": len(parts)}
+
+
+def _gnu_time(text: str, label: str) -> str:
+    """The value after ``label`` in GNU time's ``-v`` report."""
+    return text.split(label)[1].split()[0]
+
+
+def read_protocol(run_dir: Path) -> dict:
+    """What :func:`read_beyondfit` reads, and the protocol's score: the confirming evaluation
+    of ``result.json`` (its episodes, policy and seeds as the record says)."""
+    out = read_beyondfit(run_dir)
+    record = json.loads((run_dir / "result.json").read_text())
+    confirm = record.get("confirming_evaluation") or {}
+    return {**out, "score": out["greedy_return"], "score_episodes": confirm.get("episodes"),
+            "score_policy": confirm.get("policy", "greedy"),
+            "score_from": record.get("values_from")}
+
+
 RUNNERS = {"cleanrl": run_cleanrl, "sb3-ppo": run_sb3, "sb3-dqn": run_sb3,
            "sb3-dqn-n3": run_sb3, "beyondfit-ppo": run_beyondfit, "beyondfit-dqn": run_beyondfit,
            **{f"beyondfit-ppo-{aux}": run_beyondfit for aux in AUX_VARIANTS},
-           **{f"beyondfit-dqn-{aux}": run_beyondfit for aux in ("none", "shift",
-                                                               "self_prediction")}}
+           **dict.fromkeys(PRESETS_100K, run_preset)}
 
 
 # ------------------------------------------------------------------------------------- results
@@ -623,6 +695,25 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
     return out
 
 
+def adopt(args: argparse.Namespace, run_dir: Path, method: str, game: str, seed: int) -> dict:
+    """Keep the result of an Atari 100k run started by hand (its run directory finished):
+    what :func:`run_preset` would have kept, its CPU from GNU time's files beside it."""
+    budget = args.budget or METHODS["atari100k"][method][1]
+    g = SUITES["atari100k"][game]
+    out = {**segments(run_dir), **read_protocol(run_dir), "adopted_from": str(run_dir),
+           "command": " ".join(["python", *preset_command(method, g, seed, budget, run_dir,
+                                                           [])[1:-1]])}
+    out.update(suite="atari100k", method=method, game=game, env=g.env, seed=seed, budget=budget,
+               bench_command=f"python bench/atari.py --suite atari100k --run {method} {game} "
+                             f"{seed}",
+               env_steps_per_cpu_second=out["env_steps"] / max(out["cpu_seconds"], 1e-9),
+               versions=versions(), commit=_commit(), machine=platform.machine(),
+               cpu=cpu_name(), finished_at=time.strftime("%Y-%m-%d %H:%M:%S"))
+    keep_result(args.results, "atari100k", result_key("atari100k", method, game, budget, seed),
+                out)
+    return out
+
+
 def cpu_name() -> str:
     """The CPU's model name (what a result was measured on)."""
     try:
@@ -646,7 +737,7 @@ def kept_runs(results: Path, suite: str,
 
 
 def aux_table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
-    """Markdown for an auxiliary-loss suite (``minatar-aux``, ``atari100k``): per game and
+    """Markdown for the auxiliary-loss suite (``minatar-aux``): per game and
     auxiliary loss, each seed's
     last-100 training return and confirming greedy return, the IQM of the seeds' training
     returns with its 95% bootstrap interval (``beyondfit.cli.intervals.iqm_interval``, what
@@ -684,23 +775,98 @@ def aux_table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
              "one session. Return: mean raw score of the last 100 training episodes; greedy: "
              "the run's confirming evaluation (`result.json`, 20 episodes). IQM over the "
              "seeds with the exact bootstrap interval (with 3 runs the IQM is their mean)."]
-    if suite == "atari100k":
-        published = "; ".join(f"{g}: " + ", ".join(f"{k} {v}" for k, v in p.items())
-                              for g, p in PUBLISHED_100K.items())
-        notes = ["", "DQN with `+experiment=atari100k` (DrQ(eps)'s schedule as far as this DQN "
-                 "goes: no 10-step returns or dueling heads; conf/experiment/atari100k.yaml), "
-                 "without and with an auxiliary loss on its encoder. Greedy: the confirming "
-                 "evaluation, 100 games (the protocol's count; greedy, where the published "
-                 "runs act with epsilon 0.001). Published per-game means of 100 runs "
-                 f"(Agarwal et al. 2021's released scores, ../shared/PRIOR_ART.md 7.8): "
-                 f"{published}."]
+    return "\n".join(lines + notes) + "\n"
+
+
+def published_100k() -> dict[str, dict[str, list[float]]]:
+    """The published per-run scores by agent (``DrQ_eps``, ``SPR``) and the ``RANDOM`` and
+    ``HUMAN`` references, as ``{agent: {Game: [scores]}}`` (references as one-item lists)."""
+    out = {}
+    for name in ("DrQ_eps", "SPR", "RANDOM", "HUMAN"):
+        data = json.loads((DATA_100K / f"{name}.json").read_text())
+        out[name] = {g: v if isinstance(v, list) else [v] for g, v in data.items()}
+    return out
+
+
+def hns(score: float, game: str, ref: dict[str, dict[str, list[float]]]) -> float:
+    """Human-normalized score: ``(score - random) / (human - random)``."""
+    low, high = ref["RANDOM"][game][0], ref["HUMAN"][game][0]
+    return (score - low) / (high - low)
+
+
+def protocol_table(results: Path, seeds: list[int] | None = None) -> str:
+    """Markdown for the Atari 100k suite: each run's protocol score, its percentile among the
+    published runs of the agent its preset follows, the HNS; per method, the IQM of its runs'
+    HNS over the games and seeds it ran (95% stratified bootstrap interval) beside the
+    published agent's IQM over the same games, and the issue's bars."""
+    import numpy as np
+
+    from beyondfit.cli.intervals import iqm_interval
+
+    ref, suite = published_100k(), "atari100k"
+    kept = kept_runs(results, suite, seeds)
+    lines = ["| game | method | seeds | score per seed (100 games, epsilon 0.001) | percentile "
+             "of the published runs, per seed | mean | published mean, 25th percentile | "
+             "HNS per seed | median CPU s | last-100 training return |",
+             "|---|---|---:|---|---|---:|---|---|---:|---|"]
+    games, methods = list(SUITES[suite]), list(METHODS[suite])
+    pooled: dict[str, dict[str, list[float]]] = {}
+    for (game, method, budget), runs in sorted(kept.items(), key=lambda kv: (
+            methods.index(kv[0][1]), games.index(kv[0][0]), kv[0][2])):
+        runs.sort(key=lambda r: r["seed"])
+        name = SUITES[suite][game].env.split("/")[1].split("-")[0]
+        agent = PRESETS_100K[method][1]
+        published = ref[agent][name] if agent else None
+        scores = [r.get("score") for r in runs]
+        done = [s for s in scores if s is not None]
+        pct = ("–" if published is None else ", ".join(
+            f"{100 * np.mean(np.asarray(published) < s):.0f}" for s in done))
+        mean = statistics.fmean(done) if done else None
+        pub = ("–" if published is None else
+               f"{agent} {np.mean(published):.1f}, {np.percentile(published, 25):.1f}")
+        norm = [hns(s, name, ref) for s in done]
+        if budget == METHODS[suite][method][1]:
+            pooled.setdefault(method, {}).setdefault(name, []).extend(norm)
+        train = ", ".join("–" if r.get("return_last100") is None else
+                          f"{r['return_last100']:.1f}" for r in runs)
+        lines.append(
+            f"| {name} ({budget:,}) | {METHODS[suite][method][0]} | {len(runs)} | "
+            f"{', '.join('–' if s is None else f'{s:.1f}' for s in scores)} | {pct} | "
+            f"{'–' if mean is None else f'{mean:.1f}'} | {pub} | "
+            f"{', '.join(f'{h:.3f}' for h in norm)} | "
+            f"{statistics.median(r['cpu_seconds'] for r in runs):.0f} | {train} |")
+    lines += ["", "| method | games | runs | IQM of HNS [95% CI] | the published agent's IQM "
+              "over the same games [95% CI] |", "|---|---|---:|---|---|"]
+    for method, by_game in pooled.items():
+        agent = PRESETS_100K[method][1] or "DrQ_eps"
+        names = sorted(by_game)
+        n = min(len(v) for v in by_game.values())
+        ours = np.array([[by_game[g][i] for g in names] for i in range(n)])
+        theirs = np.array([[hns(run[j], g, ref) for j, g in enumerate(names)]
+                           for run in zip(*(ref[agent][g] for g in names), strict=True)])
+        mid, low, high = iqm_interval(ours)
+        pmid, plow, phigh = iqm_interval(theirs)
+        lines.append(f"| {METHODS[suite][method][0]} | {', '.join(names)} | {ours.size} | "
+                     f"{mid:.3f} [{low:.3f}, {high:.3f}] | {agent} {pmid:.3f} "
+                     f"[{plow:.3f}, {phigh:.3f}] |")
+    notes = ["", "Score: the run's confirming evaluation (`result.json`), 100 full games of "
+             "unclipped score with up to 30 no-op starts, the 27,000-step cap and epsilon "
+             "0.001, after 100,000 agent steps (the Atari 100k protocol; DrQ_eps.gin, "
+             "atari_100k_runner.py). Published: Agarwal et al. 2021's 100 runs per game "
+             "(bench/data/atari100k/); percentile: the share of them below our score. HNS: "
+             "(score - random) / (human - random). IQM over the runs' HNS, games as strata "
+             "(`beyondfit.cli.intervals.iqm_interval`), beside the published agent's over the "
+             "same games (DER, with no per-run file published, beside DrQ(eps)'s). CPU: the "
+             "run's process, one torch thread, summed over its segments."]
     return "\n".join(lines + notes) + "\n"
 
 
 def table(results: Path, suite: str, seeds: list[int] | None = None) -> str:
     """Markdown: one row per (game, method, budget) from the kept files, and the notes."""
-    if suite in ("minatar-aux", "atari100k"):
+    if suite == "minatar-aux":
         return aux_table(results, suite, seeds)
+    if suite == "atari100k":
+        return protocol_table(results, seeds)
     kept = kept_runs(results, suite, seeds)
     lines = [f"| game (env steps) | method | seeds | return, last {LAST} training episodes, per "
              f"seed | mean | median | median CPU s | CPU vs {BASE_NAME[suite]} | "
@@ -769,9 +935,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cleanrl-script", type=Path, default=CLEANRL_SCRIPT)
     parser.add_argument("--cleanrl-python", type=Path, default=CLEANRL_PYTHON)
     parser.add_argument("--table", action="store_true", help="only the table of kept results")
+    parser.add_argument("--override", action="append", metavar="KEY=VALUE",
+                        help="an override added to each beyondfit run's command (atari100k: "
+                        "e.g. task.confirm_episodes=2 for a smoke run)")
+    parser.add_argument("--adopt", nargs=4, metavar=("RUN_DIR", "METHOD", "GAME", "SEED"),
+                        help="atari100k: keep the result of a finished run started by hand")
     args = parser.parse_args(argv)
     suite, failed = args.suite, 0
-    if args.run:
+    if args.adopt:
+        run_dir, method, game, seed = args.adopt
+        adopt(args, Path(run_dir), method, game, int(seed))
+    elif args.run:
         method, game, seed = args.run
         if method not in METHODS[suite] or game not in SUITES[suite]:
             parser.error(f"--suite {suite}: METHOD in {sorted(METHODS[suite])}, "

@@ -44,8 +44,12 @@ if [ "${OURS:-1}" != 0 ]; then
   for game in breakout space_invaders; do
     for seed in 1 2; do run --suite minatar --run beyondfit-dqn "$game" "$seed"; done
   done
-  for aux in none shift self_prediction; do  # issue 45: Atari 100k, about an hour each
-    run --suite atari100k --run "beyondfit-dqn-$aux" breakout 1
+  for seed in 1 2; do  # issue 57: Atari 100k, one to two hours a DrQ(eps) run, SPR several
+    for game in assault jamesbond krull boxing; do
+      run --suite atari100k --run beyondfit-drqeps "$game" "$seed"
+    done
+    run --suite atari100k --run beyondfit-spr boxing "$seed"
+    run --suite atari100k --run beyondfit-der assault "$seed"
   done
 fi
 [ -n "${DRY_RUN:-}" ] && exit 0

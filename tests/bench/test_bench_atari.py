@@ -115,15 +115,45 @@ def test_sb3_dqn_with_3_step_returns_is_the_papers_dqn_given_n_steps_3(atari, tm
     assert "| SB3 DQN (MinAtar paper, 3-step returns) | 1 |" in done.stdout
 
 
-def test_atari100k_smoke_command_runs_dqn_with_the_shift_and_says_the_published_means(
+def test_atari100k_smoke_command_runs_the_drqeps_preset_and_places_it_among_published_runs(
         atari, tmp_path):
     pytest.importorskip("ale_py")
     result = run_suite_smoke_line(atari, "atari100k", tmp_path)
-    assert result["method"] == "beyondfit-dqn-shift" and result["budget"] == 1700
-    assert "+experiment=atari100k" in result["command"] and "task.aux=[shift]" in result["command"]
-    assert result["env_steps"] > 1600 and result["greedy_return"] is not None  # updates ran
+    assert result["method"] == "beyondfit-drqeps" and result["budget"] == 1700
+    assert "+experiment=atari100k task.env=ALE/Breakout-v5" in result["command"]
+    assert result["env_steps"] > 1600 and result["score"] is not None  # updates ran
+    assert result["score_policy"] == "epsilon 0.001" and result["score_episodes"] == 2
+    assert result["segments"] == 1 and result["cpu_seconds"] > 0
     table = (tmp_path / "pixels" / "atari100k.md").read_text()
-    assert "| shift | 1 |" in table and "DrQ(eps) 19.8" in table
+    row = next(line for line in table.splitlines() if line.startswith("| Breakout (1,700)"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    published = json.loads((atari.DATA_100K / "DrQ_eps.json").read_text())["Breakout"]
+    assert cells[4] == f"{100 * sum(p < result['score'] for p in published) / 100:.0f}"
+    assert cells[6].startswith("DrQ_eps 19.8, ")
+
+
+def test_the_atari100k_iqm_pools_runs_with_games_as_strata_beside_the_published_agent(
+        atari, tmp_path):
+    """Two seeds on two games at the full budget: the IQM row is over those four HNS values
+    (of four, the middle two: scipy's trim_mean(0.25)), beside DrQ(eps)'s over the same
+    games from the published files."""
+    results = tmp_path / "results"
+    for game, scores in (("assault", (600.0, 560.0)), ("boxing", (9.0, 12.0))):
+        for seed, score in enumerate(scores, start=1):
+            key = atari.result_key("atari100k", "beyondfit-drqeps", game, 100_000, seed)
+            atari.keep_result(results, "atari100k", key, {
+                "suite": "atari100k", "method": "beyondfit-drqeps", "game": game,
+                "seed": seed, "budget": 100_000, "score": score, "cpu_seconds": 10.0,
+                "return_last100": None})
+    text = atari.protocol_table(results)
+    ref = atari.published_100k()
+    ours = [atari.hns(s, g, ref) for g, ss in (("Assault", (600, 560)), ("Boxing", (9, 12)))
+            for s in ss]
+    row = next(line for line in text.splitlines() if line.startswith("| DrQ(eps)"))
+    middle = sorted(ours)[1:3]
+    assert f"| {sum(middle) / 2:.3f} [" in row and "| Assault, Boxing | 4 |" in row
+    drq = sorted(atari.hns(s, g, ref) for g in ("Assault", "Boxing") for s in ref["DrQ_eps"][g])
+    assert f"DrQ_eps {sum(drq[50:150]) / 100:.3f} [" in row
 
 
 def test_the_atari_suite_runs_beyondfit_with_one_greedy_game_as_the_peers_evaluate_nothing(

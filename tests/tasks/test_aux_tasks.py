@@ -30,15 +30,20 @@ LINES = {
     "python -m beyondfit +task=minatar 'task.aux=[shift,{_target_:mymod.curl,weight:0.5}]'":
         ["aux/curl"],
     # conf/experiment/atari100k.yaml, on a tiny budget
-    "python -m beyondfit +experiment=atari100k 'task.aux=[shift]'":
-        ["q/loss"],
+    "python -m beyondfit +experiment=atari100k 'task.aux=[self_prediction]'":
+        ["q/loss", "q/aux/self_prediction", "epsilon"],
 }
 TINY = ["task.eval_episodes=1", "task.confirm_episodes=1", "logger=[]", *QUIET]
 #: What each algorithm's budget needs to reach a few updates.
 BUDGET = {"dqn": ["task.total_env_steps=300", "task.replay.learning_starts=100",
                   "task.eval_every_env_steps=300", "engine.log_every=10"],
           "ppo": ["task.total_env_steps=1024", "task.eval_every_env_steps=1024",
-                  "engine.log_every=1"]}
+                  "engine.log_every=1"],
+          # DrQ(eps)'s schedule, shrunk: epsilon falls from the end of the random steps
+          "atari100k": ["task.total_env_steps=300", "task.replay.learning_starts=100",
+                        "task.agent.exploration_start_steps=100",
+                        "task.agent.exploration_steps=100", "task.eval_every_env_steps=300",
+                        "engine.log_every=10"]}
 
 
 def page_lines() -> list[str]:
@@ -58,7 +63,8 @@ def test_the_pages_commands_train_with_their_terms(tmp_path: Path, line: str) ->
     assert page_lines().count(line) == 1
     own_module(tmp_path)
     run = tmp_path / "run"
-    budget = BUDGET["dqn" if "algo=dqn" in line or "atari100k" in line else "ppo"]
+    budget = BUDGET["atari100k" if "atari100k" in line else "dqn" if "algo=dqn" in line
+                    else "ppo"]
     done = cli(*shlex.split(line)[3:], *budget, *TINY, f"hydra.run.dir={run}", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     logged = {key for row in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())
