@@ -151,13 +151,46 @@ def test_an_encoder_of_ones_own_is_measured_on_one_observation() -> None:
 @pytest.mark.parametrize(("factory", "words"), [
     (lambda space: 1 / 0, "raised ZeroDivisionError"),
     (lambda space: "not a module", "not a torch.nn.Module"),
-    (lambda space: nn.Linear(3, 3), "cannot read one observation"),
-    (lambda space: nn.Flatten(0), "returned (400,)"),
+    (lambda space: nn.Linear(3, 3), "cannot read a batch of observations"),
+    (lambda space: nn.Flatten(0), "returned (800,)"),
+    # the issue's trial: float64 or int64 features, one row whatever the batch, zero width
+    (lambda space: nn.Sequential(nn.Flatten(), _Cast(torch.float64)), "torch.float64 features"),
+    (lambda space: nn.Sequential(nn.Flatten(), _Cast(torch.int64)), "torch.int64 features"),
+    (lambda space: _OneRow(), "returned (1, 4) for a batch of 2"),
+    (lambda space: nn.Sequential(nn.Flatten(), _Cast(torch.float32), nn.Linear(400, 0)),
+     "0 features"),
 ])
 def test_an_encoder_of_ones_own_that_fails_is_one_line(factory, words) -> None:
     with pytest.raises(BeyondfitError) as info:
         make_encoder(BOARD, factory)
     assert words in str(info.value) and "\n" not in str(info.value)
+    assert "task.encoder" in str(info.value)
+
+
+class _Cast(nn.Module):
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.dtype = dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.to(self.dtype)
+
+
+class _OneRow(nn.Module):
+    """An encoder that returns one row whatever the batch."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(1, 4)
+
+
+def test_stacked_color_frames_are_refused_in_one_line_not_flattened() -> None:
+    stacked = gym.spaces.Box(0, 255, (4, 84, 84, 3), np.uint8)  # grayscale_obs=false, stacked
+    for encoder in ("auto", "flat"):
+        with pytest.raises(BeyondfitError, match="stacked color frames") as info:
+            make_encoder(stacked, encoder)
+        assert "grayscale_obs" in str(info.value) and "\n" not in str(info.value)
+    assert make_encoder(stacked, lambda space: nn.Sequential(
+        nn.Flatten(), _Cast(torch.float32), nn.Linear(4 * 84 * 84 * 3, 8))).features == 8
 
 
 def test_the_policy_shares_its_cnn_between_policy_and_value() -> None:

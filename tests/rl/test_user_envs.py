@@ -106,17 +106,3 @@ def test_a_wrapper_without_partial_says_to_add_it(tmp_path: Path) -> None:
         build_task(cfg)
 
 
-def test_an_evaluation_episode_that_never_ends_is_an_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from beyondfit.rl.evaluation.evaluator import GreedyEvaluator
-    from beyondfit.rl.nets.policies import ActorCritic
-
-    (tmp_path / "myenvs.py").write_text(USER_ENVS)  # Corridor-v0 has no time limit
-    monkeypatch.syspath_prepend(str(tmp_path))
-    evaluator = GreedyEvaluator("myenvs:Corridor-v0", episodes=2, max_steps=50)
-    policy = ActorCritic(evaluator.envs.single_observation_space,
-                         evaluator.envs.single_action_space, hidden=(4,))
-    with pytest.raises(BeyondfitError, match="ran 50 steps without ending: give the env a time"):
-        evaluator(policy)
-    evaluator.close()

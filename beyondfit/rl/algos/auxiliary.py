@@ -281,6 +281,9 @@ def resolve(aux: Any, options: Mapping[str, Any] | None, observation_space: gym.
                     f"are {observation_space} (a flatten with nothing to train); use a pixel "
                     "task (+task=minatar, +task=atari) or drop it")
             if entry == "shift":
+                if shift is not None:
+                    raise BeyondfitError("task.aux lists shift twice; once is one shift of "
+                                         "each view (its k and m: task.aux_options.shift)")
                 o = settings["shift"]
                 pad = shift_pad(observation_space) if o["pad"] == "auto" else o["pad"]
                 shift = Shift(pad, o["k"], o["m"])

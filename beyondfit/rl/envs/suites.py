@@ -16,6 +16,8 @@ collectors and the greedy evaluation report) -> ``AtariPreprocessing`` -> :class
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import re
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -23,6 +25,8 @@ import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
 
+#: ALE's ids without a family prefix (``BreakoutNoFrameskip-v4``, ``Pong-v0``).
+_ALE_V4 = re.compile(r"^[A-Z][A-Za-z]+(NoFrameskip|Deterministic)?-v[04]$")
 #: Env-id prefixes of the families, their module and the beyondfit extra that installs it.
 FAMILIES = {"ALE/": ("ale_py", "atari"), "MinAtar/": ("minatar", "minatar")}
 
@@ -32,6 +36,12 @@ def register_family(env_id: str) -> None:
     ``register_envs``, which MinAtar 1.0.15 needs under Gymnasium 1.x); an absent simulator is
     one line naming the extra to install. Other ids are left alone."""
     family = next((v for k, v in FAMILIES.items() if env_id.startswith(k)), None)
+    if family is None and _ALE_V4.match(env_id) and env_id not in gym.registry:
+        # ALE's v0/v4 ids (BreakoutNoFrameskip-v4, CleanRL's and SB3's): ale_py registers
+        # them with its v5 ones, when it is installed.
+        if importlib.util.find_spec("ale_py") is not None:
+            gym.register_envs(importlib.import_module("ale_py"))
+        return
     if family is None:
         return
     module, extra = family

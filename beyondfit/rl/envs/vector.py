@@ -131,6 +131,7 @@ def make_vector_env(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn] = 
                 f"task.wrappers[{i}] is {type(wrapper).__name__}, not a wrapper factory: write "
                 "each as {_target_: WRAPPER_CLASS, _partial_: true, OPTION: VALUE}"
             )
+        _check_stack(i, wrapper)
     if vectorization == "envpool" or (vectorization == "auto" and pool and not sync
                                       and str(env_id).startswith("ALE/")):
         envs = _pool_or_none(env_id, num_envs, wrappers, env_kwargs, vectorization)
@@ -207,6 +208,25 @@ def _pool_or_none(env_id: str, num_envs: int, wrappers: Sequence[WrapperFn],
         log.info("task.vectorization=auto: envpool (%d copies of %s preprocessed in its C++ "
                  "threads; task.vectorization=sync for Gymnasium's wrappers)", num_envs, task)
     return envs
+
+
+#: The most frames ``FrameStackObservation`` may stack: each copy keeps that many frames (and
+#: the replay's stacks their indices), so a typo's million frames would take the machine's
+#: memory before anything is measured; the data-efficient agents stack 4, none more than 16.
+MAX_STACK = 64
+
+
+def _check_stack(i: int, wrapper: Any) -> None:
+    """A frame stack's size: a whole number from 1 to :data:`MAX_STACK`, or one line."""
+    if _wrapper_class(wrapper) is not gym.wrappers.FrameStackObservation:
+        return
+    options = dict(getattr(wrapper, "keywords", None) or {})
+    size = options.get("stack_size", (getattr(wrapper, "args", ()) or [None])[0])
+    if type(size) is not int or not 1 <= size <= MAX_STACK:
+        raise BeyondfitError(
+            f"task.wrappers[{i}].stack_size={size!r}: FrameStackObservation stacks a whole "
+            f"number of frames from 1 to {MAX_STACK} (each env copy keeps them all), e.g. "
+            f"task.wrappers.{i}.stack_size=4")
 
 
 def _wrapper_class(wrapper: Any) -> Any:

@@ -173,6 +173,14 @@ def make_encoder(space: gym.Space, encoder: Any = "auto", normalized: bool = Fal
     initializes its features extractor with its heads); ``None`` keeps each CNN's own default.
     """
     image = is_image(space)
+    if (encoder in (None, "auto", "flat") and isinstance(space, gym.spaces.Box)
+            and len(space.shape) >= 4 and np.issubdtype(space.dtype, np.integer)):
+        raise BeyondfitError(
+            f"the observations {tuple(space.shape)} {space.dtype} are stacked color frames, "
+            f"which the built-in CNNs do not read (and task.encoder={encoder or 'auto'} would "
+            "flatten raw pixels into a linear layer): stack grayscale frames (Atari: "
+            "grayscale_obs: true in AtariPreprocessing), or give your own encoder "
+            "(task.encoder={_target_: mymod.build, _partial_: true})")
     if encoder is None or encoder == "auto":
         encoder = ("nature" if min(_spatial(space)) >= 36 else "minatar") if image else "flat"
     if normalized and encoder != "flat":
@@ -228,19 +236,27 @@ def own_encoder(factory: Callable[[gym.Space], nn.Module], space: gym.Space) -> 
     if not isinstance(module, nn.Module):
         raise BeyondfitError(f"task.encoder {name}(observation_space) returned a "
                              f"{type(module).__name__}, not a torch.nn.Module")
-    sample = torch.as_tensor(np.zeros((1, *space.shape), dtype=space.dtype))
+    # A batch of two: an encoder that returns one row whatever the batch is caught here.
+    sample = torch.as_tensor(np.zeros((2, *space.shape), dtype=space.dtype))
     try:
         with torch.no_grad():
             out = module(sample)
     except Exception as exc:
         raise BeyondfitError(
-            f"task.encoder {name} cannot read one observation {tuple(sample.shape)} "
+            f"task.encoder {name} cannot read a batch of observations {tuple(sample.shape)} "
             f"{sample.dtype} ({type(exc).__name__}: {exc}); it gets raw observations as the "
             "env gives them, batched, and converts them itself") from None
-    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 1:
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != 2:
         shown = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise BeyondfitError(f"task.encoder {name} returned {shown} for one observation; an "
-                             "encoder returns features of shape (batch, features)")
+        raise BeyondfitError(f"task.encoder {name} returned {shown} for a batch of 2 "
+                             "observations; an encoder returns features of shape "
+                             "(batch, features), one row per observation")
+    if out.dtype != torch.float32:
+        raise BeyondfitError(f"task.encoder {name} returned {out.dtype} features; the heads "
+                             "after it are float32: end it with .float()")
+    if out.shape[1] == 0:
+        raise BeyondfitError(f"task.encoder {name} returned 0 features per observation: the "
+                             "policy would see nothing; return at least one")
     module.features = int(out.shape[1])
     return module
 
