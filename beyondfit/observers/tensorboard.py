@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.observers.axis import x_step
 
 if TYPE_CHECKING:
     from beyondfit.core.engine import Engine
@@ -88,7 +89,7 @@ class TensorBoardLogger(Callback):
         self.writer = self._writer_class(
             log_dir=str(self.log_dir),
             # Steps up to the checkpoint's were logged before it was written: keep them.
-            purge_step=engine.global_step + 1 if engine.global_step else None,
+            purge_step=x_step(engine) + 1 if engine.global_step else None,
             flush_secs=self.flush_secs,
         )
         if self.config_text and engine.global_step == 0:
@@ -107,19 +108,20 @@ class TensorBoardLogger(Callback):
             self._final[name] = float(value)
 
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
-        """Training values (running means of the current epoch) and the learning rates."""
-        self._scalars(logs, engine.global_step)
+        """Training values (means since the last row) and the learning rates, at the run's
+        x-axis step (:func:`~beyondfit.observers.axis.x_step`: env steps for RL)."""
+        self._scalars(logs, x_step(engine))
         self._last_train_step = engine.global_step
 
     def on_eval_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """Validation values."""
-        self._scalars(logs, engine.global_step)
+        self._scalars(logs, x_step(engine))
 
     def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """The epoch's training means, unless ``on_log`` just wrote this very step."""
         if engine.global_step != self._last_train_step:
             # val_ entries of the epoch row repeat the evaluation already written.
-            self._scalars(logs, engine.global_step, keep=lambda n: not n.startswith("val_"))
+            self._scalars(logs, x_step(engine), keep=lambda n: not n.startswith("val_"))
             self._last_train_step = engine.global_step
         if self.writer is not None:
             self.writer.flush()
@@ -132,7 +134,7 @@ class TensorBoardLogger(Callback):
             metrics = {n: v for n, v in self._final.items() if n.startswith("val_") or n == "loss"}
             clean = {k: _hparam_value(v) for k, v in self.hparams.items()}
             for summary in hparams(clean, {n: v for n, v in metrics.items() if math.isfinite(v)}):
-                self.writer.file_writer.add_summary(summary, engine.global_step)
+                self.writer.file_writer.add_summary(summary, x_step(engine))
         self.close()
 
     def close(self) -> None:

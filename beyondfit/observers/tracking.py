@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from beyondfit.core.callbacks import Callback
 from beyondfit.core.errors import BeyondfitError
+from beyondfit.observers.axis import x_step
 from beyondfit.observers.tensorboard import flatten
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class ExperimentTracker(Callback):
     def _log_train(self, engine: Engine, logs: Mapping[str, float], keep: Any = None) -> None:
         values = self._values(logs, keep)  # the engine logs each optimizer's lr with them
         if values and self.active:
-            self.log_metrics(values, engine.global_step)
+            self.log_metrics(values, x_step(engine))
         self._last_train_step = engine.global_step
 
     def on_log(self, engine: Engine, logs: Mapping[str, float]) -> None:
@@ -181,7 +182,7 @@ class ExperimentTracker(Callback):
         """The evaluation's ``val_`` values."""
         values = self._values(logs)
         if values and self.active:
-            self.log_metrics(values, engine.global_step)
+            self.log_metrics(values, x_step(engine))
 
     def on_epoch_end(self, engine: Engine, logs: Mapping[str, float]) -> None:
         """The epoch's training means, unless ``on_log`` just logged this very step."""

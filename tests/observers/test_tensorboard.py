@@ -55,6 +55,29 @@ def test_cli_run_with_tensorboard_logger_writes_readable_scalars(tmp_path: Path)
     assert (tmp_path / "metrics.csv").is_file()  # +logger= adds to the default csv logger
 
 
+@pytest.mark.e2e
+def test_an_rl_runs_scalars_are_indexed_by_env_steps(tmp_path: Path) -> None:
+    """Issue 58: PPO and DQN curves line up only against env steps, their x-axis everywhere
+    (TensorBoard here, W&B and MLflow through the same step, curves.png too)."""
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "beyondfit", "+task=cartpole", "algo=dqn",
+            "task.total_env_steps=1500", "task.eval_every_env_steps=500", "task.eval_episodes=2",
+            "task.confirm_episodes=2", "engine.log_every=100", "plots=false",
+            "+logger=tensorboard", f"hydra.run.dir={tmp_path}",
+        ],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    events = read_events(tmp_path / "tensorboard")
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    logged = [e.step for e in events.Scalars("q/loss")]
+    assert logged[:len(train)] == [int(r["env_steps"]) for r in train]
+    assert logged[0] > train[0]["step"]  # env steps, not optimizer steps
+    assert [e.step for e in events.Scalars("val_return")][0] >= 500
+
+
 def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path: Path) -> None:
     engine = line_engine([TensorBoardLogger(tmp_path, hparams={"lr": 0.1, "hidden": [4, 4]})])
     history = engine.fit(line_batches(), epochs=3)
