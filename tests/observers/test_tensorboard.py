@@ -75,7 +75,7 @@ def test_an_rl_runs_scalars_are_indexed_by_env_steps(tmp_path: Path) -> None:
     logged = [e.step for e in events.Scalars("q/loss")]
     assert logged[:len(train)] == [int(r["env_steps"]) for r in train]
     assert logged[0] > train[0]["step"]  # env steps, not optimizer steps
-    assert [e.step for e in events.Scalars("val_return")][0] >= 500
+    assert next(e.step for e in events.Scalars("val_return")) >= 500
 
 
 def test_epoch_means_are_written_when_no_log_interval_falls_in_an_epoch(tmp_path: Path) -> None:
