@@ -27,7 +27,7 @@ from beyondfit.rl.algos.algorithm import OffPolicyUpdate, engine_updates
 from beyondfit.rl.algos.augmentation import resolve as resolve_augment
 from beyondfit.rl.algos.auxiliary import resolve as resolve_aux
 from beyondfit.rl.collect.offpolicy import ReplayCollector
-from beyondfit.rl.envs.vector import WrapperFn, make_vector_env
+from beyondfit.rl.envs.vector import WrapperFn, close_envs, make_vector_env
 from beyondfit.rl.nets.agents import AGENTS
 from beyondfit.rl.nets.encoders import describe_encoder
 from beyondfit.rl.nets.heads import describe_head
@@ -116,7 +116,7 @@ def build(
                        confirm_episodes=confirm_episodes, started=started, leave_out=added,
                        env_kwargs=env_kwargs, eval_epsilon=eval_epsilon)
     except BaseException:
-        envs.close()
+        close_envs(envs)
         raise
 
 

@@ -30,7 +30,7 @@ from beyondfit.rl.algos.onpolicy import LossFn
 from beyondfit.rl.algos.schedules import env_step_schedules
 from beyondfit.rl.collect.normalization import normalizer_options
 from beyondfit.rl.collect.onpolicy import RolloutCollector
-from beyondfit.rl.envs.vector import WrapperFn, make_vector_env
+from beyondfit.rl.envs.vector import WrapperFn, close_envs, make_vector_env
 from beyondfit.rl.nets.encoders import describe_encoder
 from beyondfit.rl.nets.policies import ActorCritic
 from beyondfit.tasks.rl_task import check_run_counts, describe_wrappers, rl_task
@@ -204,5 +204,5 @@ def build(
                        callbacks=env_step_schedules(anneal, data, loss), env_kwargs=env_kwargs,
                        leave_out=added)
     except BaseException:
-        envs.close()
+        close_envs(envs)
         raise

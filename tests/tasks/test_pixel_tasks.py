@@ -233,3 +233,18 @@ def test_dqn_from_pixels_stores_each_frame_once_and_says_the_buffers_size(tmp_pa
         sorted((run / "checkpoints").glob("step-*.pt"))[-1])
     assert "data" not in best and "buffer" in last["data"]
     assert (run / "checkpoints" / "best.pt").stat().st_size < 50 * 2**20
+
+
+@pytest.mark.e2e
+def test_a_sync_atari_run_leaves_no_leaked_emulator_report_on_stderr(tmp_path: Path) -> None:
+    """ale_py's bindings print a 30-line "nanobind: leaked instances" report when an ALE
+    interface is alive at exit: the envs let go of them when closed, after a run or an error."""
+    done = cli("+task=atari", "task.vectorization=sync", "task.total_env_steps=256",
+               "task.collector.rollout_steps=32", "task.eval_every_env_steps=100000", *TINY,
+               f"hydra.run.dir={tmp_path / 'run'}", cwd=tmp_path, fresh=True)
+    assert done.returncode == 0, done.stderr
+    assert "leaked" not in done.stderr
+    failed = cli("+task=atari", "algo=dqn", "task.vectorization=sync", "task.loss.gamma=7",
+                 *TINY, f"hydra.run.dir={tmp_path / 'bad'}", cwd=tmp_path, fresh=True)
+    assert failed.returncode == 2 and "leaked" not in failed.stderr
+    assert quiet(failed.stderr).strip().count("\n") == 0

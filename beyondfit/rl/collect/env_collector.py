@@ -38,6 +38,7 @@ from gymnasium.vector import VectorEnv
 
 from beyondfit.core.seeding import rank_seed
 from beyondfit.core.state.checks import FieldError, fail, is_count, is_real
+from beyondfit.rl.envs.vector import close_envs
 
 log = logging.getLogger("beyondfit.rl")
 
@@ -164,7 +165,7 @@ class EnvCollector:
 
     def close(self) -> None:
         """Close the environments."""
-        self.envs.close()
+        close_envs(self.envs)
 
     # --------------------------------------------------------------- the envs' state, resumed
     def _episode_started(self, i: int) -> None:

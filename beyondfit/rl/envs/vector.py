@@ -331,3 +331,13 @@ def greedy_policy(model: Any, action_space: gym.Space) -> Callable[[np.ndarray],
             return to_env(model.act(to_obs(np.asarray(obs)), greedy=True))
 
     return act
+
+
+def close_envs(envs: VectorEnv) -> None:
+    """Close ``envs`` and let go of each copy's emulator: an ALE copy's interface lives as long
+    as its Python env, and one still alive when the interpreter exits (a run's objects are)
+    makes ale_py's bindings print a 30-line "nanobind: leaked instances" report on stderr."""
+    envs.close()
+    for env in getattr(envs, "envs", ()):
+        if getattr(env.unwrapped, "ale", None) is not None:
+            env.unwrapped.ale = None

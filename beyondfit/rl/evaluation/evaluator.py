@@ -12,7 +12,13 @@ import numpy as np
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
-from beyondfit.rl.envs.vector import WrapperFn, env_error, greedy_policy, make_vector_env
+from beyondfit.rl.envs.vector import (
+    WrapperFn,
+    close_envs,
+    env_error,
+    greedy_policy,
+    make_vector_env,
+)
 from beyondfit.rl.nets.policies import ActorCritic
 
 #: The steps an evaluation episode may take when its env has no time limit of its own: the
@@ -71,7 +77,7 @@ class GreedyEvaluator:
         self.max_steps = int(max_steps or limit or EPISODE_CAP)
         space = self.envs.single_action_space
         if self.epsilon and not isinstance(space, gym.spaces.Discrete):
-            self.envs.close()
+            close_envs(self.envs)
             raise BeyondfitError(f"task.eval_epsilon={epsilon} draws random actions among n, "
                                  f"but the action space is {space}; set task.eval_epsilon=0")
         self._random = np.random.default_rng(seed)
@@ -164,4 +170,4 @@ class GreedyEvaluator:
 
     def close(self) -> None:
         """Close the evaluation environments."""
-        self.envs.close()
+        close_envs(self.envs)
