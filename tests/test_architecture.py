@@ -122,6 +122,7 @@ def test_the_top_level_holds_entry_points_only_and_folders_are_concepts() -> Non
         assert ast.get_docstring(ast.parse(path.read_text())), f"{where} has no docstring"
     for folder in PACKAGE.rglob("__init__.py"):
         modules = [p for p in folder.parent.glob("*.py") if p.name != "__init__.py"]
+        modules += [p for p in folder.parent.iterdir() if (p / "__init__.py").exists()]
         if folder.parent != PACKAGE:
             assert len(modules) >= 2, f"{folder.parent.relative_to(PACKAGE)}/ holds one module"
 

@@ -277,7 +277,9 @@ def _check_metrics_and_evaluation(rank: int, world: int) -> None:
     engine.fit(_PerRank(batches), epochs=1)
     local = [float(mse(model, b)) for b in batches]  # lr=0: the model never changed
     every = [v for part in _gather(local) for v in part]
-    assert recorder.logs[-1]["loss"] == pytest.approx(sum(every) / len(every), rel=1e-6)
+    last = [part[-1] for part in _gather(local)]  # a log row: its interval, over the ranks
+    assert recorder.logs[-1]["loss"] == pytest.approx(sum(last) / len(last), rel=1e-6)
+    assert engine.history[-1]["loss"] == pytest.approx(sum(every) / len(every), rel=1e-6)
     assert recorder.logs[-1]["only_on_rank_1"] == 5.0
     assert _gather(recorder.logs) == [recorder.logs] * world  # identical on every rank
 

@@ -29,6 +29,7 @@ from beyondfit.rl.collect.offpolicy import ReplayCollector
 from beyondfit.rl.envs.vector import make_vector_env
 from beyondfit.rl.replay import buffer as replay
 from beyondfit.rl.replay.buffer import ReplayBatch, ReplayBuffer, replay_bytes
+from beyondfit.rl.replay.restore import RestoreCheck
 
 # the fields every transition has (``discount``, ``one_step_obs``: n-step batches, tested apart)
 FIELDS = tuple(f for f in ReplayBatch._fields if f not in ("discount", "one_step_obs"))
@@ -581,7 +582,7 @@ def test_n_step_needs_the_links_of_its_own_kind_to_resume() -> None:
     ended = (state["fields"]["terminated"] + state["fields"]["truncated"]).numpy()
     first = three.added - three.size  # the oldest live transition's number; slot: number % 30
     live = range(first, three.added)
-    copy_of = dict(zip(live, replay._Restore(three, state).check()[0], strict=True)).__getitem__
+    copy_of = dict(zip(live, RestoreCheck(three, state).check()[0], strict=True)).__getitem__
     # a transition linked on to one that is linked on too, and one that ended an episode
     chained = next(n for n in live if follow[n % 30] >= 0 and follow[follow[n % 30]] >= 0)
     slot, ended_one = chained % 30, next(n for n in live if ended[n % 30] > 0)
