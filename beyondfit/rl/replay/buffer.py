@@ -84,6 +84,7 @@ from beyondfit.core.device import gigabytes, machine_memory
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.options import check_number
 from beyondfit.rl.envs.spaces import channels_last, is_image
+from beyondfit.rl.replay.restore import RestoreCheck, first_frame
 
 log = logging.getLogger("beyondfit.rl")
 
@@ -457,7 +458,7 @@ class ReplayBuffer:
                    "next_at": at[:, 1]})  # fmt: skip
         for j, (c, here, _) in enumerate(stored):  # each copy's transitions, oldest first
             index = self._ring_head[c] % ring
-            self._ring_seq[c, index], self._ring_start[c, index] = self.added + j, _first(
+            self._ring_seq[c, index], self._ring_start[c, index] = self.added + j, first_frame(
                 here, k)
             self._ring_head[c] += 1
         self.added += m
@@ -618,8 +619,6 @@ class ReplayBuffer:
         """
         if not isinstance(state, dict):
             raise BeyondfitError(f"buffer is a {type(state).__name__}, not a mapping")
-        from beyondfit.rl.replay.restore import RestoreCheck  # (it reads this module)
-
         checked = RestoreCheck(self, state).check()
         self._empty_streams()
         if checked is None:
@@ -679,12 +678,6 @@ def _repeats(stack: np.ndarray) -> int:
     while pad + 1 < len(stack) and stack[pad + 1].tobytes() == first:
         pad += 1
     return pad
-
-
-def _first(stack: Stack, k: int) -> int:
-    """The stream position of a stack's oldest frame."""
-    end, pad = stack
-    return end - (k - 1 - pad)
 
 
 def _same(a: np.ndarray, b: np.ndarray | None) -> bool:

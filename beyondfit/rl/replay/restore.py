@@ -14,10 +14,16 @@ import torch
 
 from beyondfit.core.errors import BeyondfitError
 from beyondfit.core.state.checks import is_count
-from beyondfit.rl.replay.buffer import Layout, _first
 
 if TYPE_CHECKING:
-    from beyondfit.rl.replay.buffer import ReplayBuffer
+    from beyondfit.rl.replay.buffer import Layout, ReplayBuffer
+
+
+def first_frame(stack: tuple[int, int], k: int) -> int:
+    """The stream position of a ``k``-frame stack's oldest frame (``stack``: its newest
+    frame's position and how many of its frames repeat its first)."""
+    end, pad = stack
+    return end - (k - 1 - pad)
 
 
 class RestoreCheck:
@@ -166,7 +172,7 @@ class RestoreCheck:
                 raise BeyondfitError(f"buffer.frames[{c}] holds values that are not finite")
             if tip is not None and not (
                     isinstance(tip, list) and len(tip) == 2 and all(map(is_count, tip))
-                    and tip[0] == w - 1 and tip[1] < k and _first(tip, k) >= max(w - ring, 0)):
+                    and tip[0] == w - 1 and tip[1] < k and first_frame(tip, k) >= max(w - ring, 0)):
                 raise BeyondfitError(f"buffer.tip[{c}]={tip!r} is not null or [{w - 1}, pad], "
                                      f"the stack ending at the newest frame of env copy {c}'s "
                                      f"stream (pad: 0 to {k - 1} repeated first frames)")
