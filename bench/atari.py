@@ -698,9 +698,10 @@ def run_one(args: argparse.Namespace, suite: str, method: str, game: str, seed: 
 def adopt(args: argparse.Namespace, run_dir: Path, method: str, game: str, seed: int) -> dict:
     """Keep the result of an Atari 100k run started by hand (its run directory finished):
     what :func:`run_preset` would have kept, its CPU from GNU time's files beside it."""
-    budget = args.budget or METHODS["atari100k"][method][1]
     g = SUITES["atari100k"][game]
-    out = {**segments(run_dir), **read_protocol(run_dir), "adopted_from": str(run_dir),
+    measured = read_protocol(run_dir)
+    budget = args.budget or measured["env_steps"]  # the run's own budget, as it ran
+    out = {**segments(run_dir), **measured, "adopted_from": str(run_dir),
            "command": " ".join(["python", *preset_command(method, g, seed, budget, run_dir,
                                                            [])[1:-1]])}
     out.update(suite="atari100k", method=method, game=game, env=g.env, seed=seed, budget=budget,
