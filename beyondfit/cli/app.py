@@ -111,6 +111,20 @@ def _job(cfg: DictConfig) -> float | None:
         if exc.checkpoint is not None:
             print(f"beyondfit: resume with: {resume_command(exc.checkpoint)}", file=sys.stderr)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt as exc:
+        # A signal outside training (after "stopped early", before a refit, in the report):
+        # the run has checkpoints by then, so say which and how to go on, as a stop in
+        # training does.
+        from beyondfit.checkpoint import step_checkpoints
+
+        saved = step_checkpoints(Path(run_dir) / "checkpoints")
+        if not saved:
+            raise
+        name = "SIGTERM" if isinstance(exc, Terminated) else "SIGINT"
+        print(f"\nbeyondfit: interrupted ({name}) after training; its last checkpoint: "
+              f"{saved[0]}", file=sys.stderr)
+        print(f"beyondfit: resume with: {resume_command(saved[0])}", file=sys.stderr)
+        sys.exit(143 if name == "SIGTERM" else 130)
     except Exception as exc:  # raised in the user's code (a loss closure, data), or a bug of ours
         return _user_code_failed(exc, cfg)
     return objective(cfg, history, read_result(run_dir)) if search else None

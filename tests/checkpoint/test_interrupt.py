@@ -128,3 +128,27 @@ def test_interrupt_before_its_checkpointer_is_an_error(tmp_path: Path) -> None:
     engine, data = engine_and_data([interrupt, ckpt])
     with interrupt, pytest.raises(BeyondfitError, match="put it after"):
         engine.fit(data, epochs=1)
+
+
+@pytest.mark.e2e
+def test_a_signal_after_training_before_the_report_names_the_checkpoint_and_the_resume(
+        tmp_path: Path) -> None:
+    """Issue 59: Ctrl-C in the moment after "stopped early" (the task's report, before a
+    refit) printed only "interrupted"; it names the last checkpoint and the resume command,
+    and that command finishes the run."""
+    from kit import cli, cli_batch
+
+    run = tmp_path / "run"
+    args = ["+task=regression", "train.epochs=3", "plots=false", "logger=[]",
+            "progress.bar=false", f"hydra.run.dir={run}"]
+    patch = ("import beyondfit.cli.run as r\n"
+             "def stop(*a, **k):\n    raise KeyboardInterrupt\n"
+             "r.report_run = stop\n")
+    (result,) = cli_batch([args], tmp_path, patch=patch)
+    assert result["code"] == 130, result["stderr"]
+    err = result["stderr"]
+    assert "interrupted (SIGINT) after training; its last checkpoint: " in err
+    assert f"resume={run}" in err and not (run / "result.json").exists()
+    resumed = cli(*args, f"resume={run}", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (run / "result.json").exists()

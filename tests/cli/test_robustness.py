@@ -471,7 +471,7 @@ main()
 
 
 @pytest.mark.e2e
-def test_sigterm_after_the_last_epoch_is_one_line_and_143(tmp_path: Path) -> None:
+def test_sigterm_after_the_last_epoch_names_the_checkpoint_and_the_resume_and_143(tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_REPORT, *REGRESSION,
                              f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL,
@@ -484,8 +484,14 @@ def test_sigterm_after_the_last_epoch_is_one_line_and_143(tmp_path: Path) -> Non
     rest = proc.stderr.read()
     proc.wait(timeout=120)
     assert proc.returncode == 143, rest[-2000:]
-    assert [ln for ln in rest.splitlines() if ln.strip()] == [
-        "beyondfit: interrupted (SIGTERM)"], rest[-2000:]
+    # The run has its checkpoints by now: the lines name the last and the command that
+    # finishes the run (issue 59: "interrupted" alone left the user to find both).
+    said = [ln for ln in rest.splitlines() if ln.strip()]
+    assert len(said) == 2, rest[-2000:]
+    assert said[0].startswith("beyondfit: interrupted (SIGTERM) after training; its last "
+                              f"checkpoint: {run / 'checkpoints'}/step-"), said
+    assert said[1].startswith("beyondfit: resume with: python -m beyondfit ") and said[
+        1].endswith(f"resume={run}"), said
     assert (run / "metrics.jsonl").exists() and not (run / "result.json").exists()
 
 
