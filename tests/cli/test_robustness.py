@@ -471,7 +471,8 @@ main()
 
 
 @pytest.mark.e2e
-def test_sigterm_after_the_last_epoch_names_the_checkpoint_and_the_resume_and_143(tmp_path: Path) -> None:
+def test_sigterm_after_the_last_epoch_names_the_checkpoint_and_the_resume_and_143(
+        tmp_path: Path) -> None:
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", SLOW_REPORT, *REGRESSION,
                              f"hydra.run.dir={run}"], stdout=subprocess.DEVNULL,
