@@ -130,6 +130,21 @@ def test_minatar_dqn_killed_with_sigkill_and_resumed_ends_bitwise_equal(tmp_path
 
 
 @pytest.mark.e2e
+def test_minatar_dqn_with_the_drqeps_parts_killed_and_resumed_ends_bitwise_equal(
+        tmp_path: Path) -> None:
+    # The new parts at once: a dueling head, the augmentation drawn by the collector's
+    # generator, 3-step returns, a target that is the online network, eval epsilon.
+    overrides = ["+task=minatar", "algo=dqn", "task.total_env_steps=900",
+                 "task.replay.learning_starts=100", "task.eval_every_env_steps=100000",
+                 "task.eval_episodes=1", "task.confirm_episodes=1", "checkpoint.every=25",
+                 "task.loss.target_every=1", "task.agent.head=dueling", "task.replay.n_step=3",
+                 "task.augment=[shift,intensity]", "task.eval_epsilon=0.05"]
+    got, expected, context = killed_and_resumed(overrides, 800, tmp_path, kill_from=150)
+    assert torch.equal(got["data"]["generator"], expected["data"]["generator"]), context
+    assert any(k.startswith("q.head.advantage") for k in got["model"]), context
+
+
+@pytest.mark.e2e
 @pytest.mark.runs("conf/experiment/tuned/minatar_ppo.yaml")
 def test_minatar_ppo_killed_with_sigkill_mid_rollout_and_resumed_ends_bitwise_equal(
         tmp_path: Path) -> None:
